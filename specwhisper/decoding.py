@@ -20,7 +20,7 @@ from __future__ import annotations
 import contextlib
 import math
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -48,6 +48,7 @@ class DecodeOptions:
     gamma_schedule: str = "adaptive"  # adaptive (Leviathan cost model), constant, heuristic
     max_gamma: int = 12  # the adaptive schedule never drafts more than this
     engine: str = "specwhisper"  # speculative engine: our loop, or transformers' assisted loop
+    max_new_tokens: int | None = None  # per window; None: Whisper's limit (448 minus prompt)
 
 
 @dataclass(frozen=True)
@@ -71,9 +72,9 @@ class DecodeResult:
     """One decoding run. Baseline runs leave the draft fields at zero."""
 
     text: str  # decoded transcript, special tokens removed
-    token_ids: tuple[int, ...]  # everything generate returned, prompt tokens included
+    token_ids: tuple[int, ...]  # generated tokens: no prompt, no end-of-text
     time_s: float  # wall time of the generate call (encoder + decoder), device synced
-    n_tokens: int  # tokens the decoder produced (prompt tokens excluded)
+    n_tokens: int  # len(token_ids): text and timestamp tokens the decoder produced
     n_main_forwards: int  # main decoder forward passes (incl. language detection, if any)
     engine: str  # "generate", "specwhisper" or "transformers"
     n_draft_tokens: int = 0  # tokens proposed by the draft
@@ -127,6 +128,8 @@ def prepare_features(main: Loaded, samples: np.ndarray) -> Features:
 def generate_kwargs(main: Loaded, features: Features, opts: DecodeOptions) -> dict[str, Any]:
     """The keyword arguments every engine passes to `generate`, identical for all of them."""
     kwargs: dict[str, Any] = dict(do_sample=False, num_beams=1)
+    if opts.max_new_tokens is not None:
+        kwargs["max_new_tokens"] = opts.max_new_tokens
     if features.attention_mask is not None:
         kwargs["attention_mask"] = features.attention_mask
     if getattr(main.model.generation_config, "is_multilingual", False):
@@ -642,13 +645,16 @@ def _finish(
         )
     else:
         sequences = output
+    config = main.model.generation_config
     ids = [int(t) for t in sequences[0].tolist()]
-    pad = main.model.generation_config.pad_token_id
-    eos = main.model.generation_config.eos_token_id
-    while ids and pad is not None and pad != eos and ids[-1] == pad:
-        ids.pop()  # right padding from long-form stacking
+    # generate returns the prompt and end-of-text on some paths (assisted, short-form) and not on
+    # others; keep only the generated tokens so every engine is compared on the same footing.
+    ids = ids[_n_prompt_tokens(ids, config) :]
+    ends = {config.pad_token_id, config.eos_token_id}
+    while ids and ids[-1] in ends:
+        ids.pop()
     text = processor.decode(ids, skip_special_tokens=True).strip()
-    n_tokens = len(ids) - _n_prompt_tokens(ids, main.model.generation_config)
+    n_tokens = len(ids)
     return DecodeResult(
         text=text,
         token_ids=tuple(ids),

@@ -136,11 +136,12 @@ def _local_checkpoint(folder: Path) -> Checkpoint:
         d_model = int(config["d_model"])
     except (ValueError, KeyError, TypeError) as e:
         raise CheckpointError(f"The config.json of '{folder.name}' is not a Whisper config.") from e
-    if config.get("model_type") != "whisper" or vocab not in _FAMILY_BY_VOCAB:
+    if config.get("model_type") != "whisper":
         raise CheckpointError(f"'{folder.name}' is not a Whisper checkpoint.")
     decoder_only = "WhisperForCausalLM" in (config.get("architectures") or [])
     n_mels = int(config.get("num_mel_bins", 80))
-    return Checkpoint(folder.name, _FAMILY_BY_VOCAB[vocab], decoder_only, d_model, n_mels, folder)
+    family = _FAMILY_BY_VOCAB.get(vocab, f"custom vocabulary ({vocab} tokens)")
+    return Checkpoint(folder.name, family, decoder_only, d_model, n_mels, folder)
 
 
 def local_checkpoints(root: Path | None = None) -> dict[str, Checkpoint]:
@@ -348,6 +349,7 @@ class ModelCache:
         self.capacity = capacity
         self._items: OrderedDict[tuple, Loaded] = OrderedDict()
         self._lock = threading.RLock()
+        self.total_load_s = 0.0  # seconds spent loading since start, for per-request load times
 
     def get(self, ckpt: Checkpoint, device: torch.device, dtype: torch.dtype) -> Loaded:
         key = (ckpt.id, str(ckpt.path), str(device), str(dtype))
@@ -368,6 +370,7 @@ class ModelCache:
             return self._items[key]
 
     def _put(self, key: tuple, loaded: Loaded) -> None:
+        self.total_load_s += loaded.load_time_s
         self._items[key] = loaded
         while len(self._items) > self.capacity:
             self._items.popitem(last=False)

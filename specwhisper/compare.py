@@ -1,0 +1,318 @@
+"""One audio -> baseline vs speculative comparison. The app, its API and the benchmark share it.
+
+Validates the request (checkpoints, pair, language, task), loads the pair through the model cache
+(load time kept apart from generation time), runs both decoders alternately with warm-up and
+device sync, and returns a Comparison whose `to_dict()` is the public `compare` API's JSON.
+
+It does not decode audio files (see audio) and knows nothing about Gradio.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import torch
+
+from specwhisper import decoding, models
+from specwhisper.decoding import DecodeOptions, DecodeResult, Features
+from specwhisper.timing import alternate
+
+Progress = Callable[[float, str], None]  # (fraction done, what is happening)
+
+
+class CompareError(ValueError):
+    """A request problem worded for a person (shown in the page as is)."""
+
+
+@dataclass(frozen=True)
+class CompareRequest:
+    """Everything a person picks on the page (or passes to the API)."""
+
+    main: str  # checkpoint id, local folder name
+    assistant: str  # checkpoint id, local folder name, or "self-int8"
+    language: str = "auto"  # "auto", a Whisper code ("fr") or a name ("French")
+    task: str = "transcribe"  # "transcribe" | "translate"
+    gamma: int = 5  # draft tokens per step (start value for adaptive schedules)
+    gamma_schedule: str = "adaptive"  # adaptive | constant | heuristic
+    repeats: int = 3  # timed repeats per side, after one warm-up
+    dtype: str = "auto"  # auto: fp16 on GPU, fp32 on CPU
+    timestamps: bool = False  # segment timestamps in both columns
+    engine: str = "specwhisper"  # specwhisper (our loop) | transformers (assisted generation)
+
+
+def language_code(value: str | None) -> str | None:
+    """'auto'/'' -> None; a code or an English name (any case) -> the Whisper code."""
+    from transformers.models.whisper.tokenization_whisper import LANGUAGES, TO_LANGUAGE_CODE
+
+    text = (value or "").strip().lower()
+    if text in ("", "auto", "auto-detect", "detect"):
+        return None
+    if text.startswith("<|") and text.endswith("|>"):
+        text = text[2:-2]
+    if text in LANGUAGES:
+        return text
+    if text in TO_LANGUAGE_CODE:
+        return TO_LANGUAGE_CODE[text]
+    raise CompareError(f"Unknown language '{value}'. Pick one from the list, or auto-detect.")
+
+
+def check_request(req: CompareRequest) -> tuple[models.Checkpoint, str | models.Checkpoint]:
+    """Validate a request before anything loads; raise CompareError or CheckpointError."""
+    main = models.resolve(req.main, role="main")
+    if main.decoder_only:
+        raise CompareError(f"{main.label} is a decoder-only assistant; it cannot be the main.")
+    assistant: str | models.Checkpoint = models.SELF_INT8
+    if req.assistant.strip() != models.SELF_INT8:
+        assistant = models.resolve(req.assistant, role="assistant")
+    problem = models.pair_problem(main, assistant)
+    if problem:
+        raise CompareError(problem)
+    code = language_code(req.language)
+    if req.task not in ("transcribe", "translate"):
+        raise CompareError(f"Unknown task '{req.task}'; use transcribe or translate.")
+    if main.english_only:
+        if code not in (None, "en"):
+            raise CompareError(
+                f"{main.label} is English-only: it cannot transcribe '{req.language}'. "
+                "Pick a multilingual checkpoint, or leave the language on auto."
+            )
+        if req.task == "translate":
+            raise CompareError(
+                f"{main.label} is English-only: it can only transcribe English, not translate."
+            )
+    if not 0 <= req.gamma <= 64:
+        raise CompareError("The number of draft tokens must be between 0 and 64.")
+    if not 1 <= req.repeats <= 20:
+        raise CompareError("Repeats must be between 1 and 20.")
+    if req.engine not in decoding.ENGINES:
+        raise CompareError(f"Unknown engine '{req.engine}'; use one of {decoding.ENGINES}.")
+    if req.gamma_schedule not in decoding.SCHEDULES:
+        raise CompareError(
+            f"Unknown gamma schedule '{req.gamma_schedule}'; use one of {decoding.SCHEDULES}."
+        )
+    return main, assistant
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """Both runs of one audio, with their median timings and what they mean."""
+
+    baseline: DecodeResult  # time_s is the median over repeats
+    speculative: DecodeResult
+    baseline_times_s: tuple[float, ...]  # every timed repeat
+    speculative_times_s: tuple[float, ...]
+    main: str
+    assistant: str
+    device: str
+    dtype: str
+    engine: str
+    repeats: int
+    load_time_s: float  # loading both checkpoints in this request (0 when cached)
+    duration_s: float  # audio length
+    language: str | None  # as requested (None: auto-detected)
+    task: str | None
+
+    @property
+    def identical(self) -> bool:
+        return self.baseline.token_ids == self.speculative.token_ids
+
+    @property
+    def first_divergence(self) -> int | None:
+        return decoding.first_divergence(self.baseline.token_ids, self.speculative.token_ids)
+
+    @property
+    def speedup(self) -> float:
+        return self.baseline.time_s / self.speculative.time_s if self.speculative.time_s else 0.0
+
+    @property
+    def alpha(self) -> float:
+        """Per-token acceptance probability, from the geometric model of each step."""
+        accepted = sum(s.n_accepted for s in self.speculative.steps)
+        rejections = sum(1 for s in self.speculative.steps if s.n_accepted < len(s.drafted))
+        trials = accepted + rejections
+        return accepted / trials if trials else 0.0
+
+    @property
+    def mean_gamma(self) -> float:
+        drafted = [len(s.drafted) for s in self.speculative.steps if s.drafted]
+        return statistics.fmean(drafted) if drafted else 0.0
+
+    @property
+    def cost_ratio(self) -> float:
+        """c: one draft token's time over one main decoder step's time (baseline steps)."""
+        spec, base = self.speculative, self.baseline
+        if not spec.n_draft_tokens or not base.n_main_forwards or not base.main_forward_s:
+            return 0.0
+        return (spec.draft_s / spec.n_draft_tokens) / (base.main_forward_s / base.n_main_forwards)
+
+    @property
+    def predicted_speedup(self) -> float:
+        """Leviathan et al.'s expected speed-up of the decoding loop, from the measured
+        acceptance and cost ratio at the mean gamma: (1 - a^(g+1)) / ((1 - a)(g c + 1))."""
+        if self.cost_ratio == 0:
+            return 1.0
+        return leviathan_speedup(self.alpha, self.mean_gamma, self.cost_ratio)
+
+    def to_dict(self) -> dict[str, Any]:
+        """The `compare` API's JSON."""
+
+        def side(r: DecodeResult, times: tuple[float, ...]) -> dict[str, Any]:
+            d = {
+                "text": r.text,
+                "token_ids": list(r.token_ids),
+                "time_s": round(r.time_s, 4),
+                "times_s": [round(t, 4) for t in times],
+                "n_tokens": r.n_tokens,
+                "tokens_per_s": round(r.n_tokens / r.time_s, 2) if r.time_s else 0.0,
+                "n_main_forwards": r.n_main_forwards,
+                "n_windows": r.n_windows,
+                "engine": r.engine,
+            }
+            if r.segments:
+                d["segments"] = [dataclasses.asdict(s) for s in r.segments]
+            return d
+
+        spec = side(self.speculative, self.speculative_times_s)
+        spec |= {
+            "acceptance_rate": round(self.speculative.acceptance_rate, 4),
+            "tokens_per_main_forward": round(self.speculative.tokens_per_main_forward, 3),
+            "n_draft_tokens": self.speculative.n_draft_tokens,
+            "n_accepted": self.speculative.n_accepted,
+            "steps": [
+                {"drafted": list(s.drafted), "n_accepted": s.n_accepted, "main_token": s.main_token}
+                for s in self.speculative.steps
+            ],
+        }
+        return {
+            "baseline": side(self.baseline, self.baseline_times_s),
+            "speculative": spec,
+            "identical": self.identical,
+            "first_divergence": self.first_divergence,
+            "speedup": round(self.speedup, 4),
+            "predicted_speedup": round(self.predicted_speedup, 4),
+            "cost_ratio": round(self.cost_ratio, 4),
+            "mean_gamma": round(self.mean_gamma, 3),
+            "main": self.main,
+            "assistant": self.assistant,
+            "device": self.device,
+            "dtype": self.dtype,
+            "engine": self.engine,
+            "repeats": self.repeats,
+            "timing": f"median of {self.repeats} after warm-up, device synchronized",
+            "load_time_s": round(self.load_time_s, 3),
+            "duration_s": round(self.duration_s, 3),
+            "language": self.language or "auto",
+            "task": self.task,
+        }
+
+
+def load_pair(
+    req: CompareRequest,
+    *,
+    cache: models.ModelCache = models.CACHE,
+    progress: Progress | None = None,
+) -> tuple[models.Loaded, models.Loaded, float]:
+    """Load (or fetch from the cache) the main and the assistant; return both and the seconds
+    spent loading in this call."""
+    main_ckpt, assistant_ckpt = check_request(req)
+    device = models.default_device()
+    dtype = models.resolve_dtype(req.dtype, device)
+    if progress:
+        progress(0.0, f"Loading {main_ckpt.label}")
+    before = cache.total_load_s
+    main = cache.get(main_ckpt, device, dtype)
+    if progress:
+        progress(0.1, f"Loading assistant {req.assistant}")
+    if isinstance(assistant_ckpt, str):
+        draft = cache.self_int8(main)
+    else:
+        draft = cache.get(assistant_ckpt, device, dtype)
+    return main, draft, cache.total_load_s - before
+
+
+def compare(
+    samples: np.ndarray,
+    req: CompareRequest,
+    *,
+    cache: models.ModelCache = models.CACHE,
+    progress: Progress | None = None,
+) -> Comparison:
+    """Transcribe `samples` (float32 mono 16 kHz) with and without the assistant."""
+    main, draft, load_s = load_pair(req, cache=cache, progress=progress)
+    code = language_code(req.language)
+    multilingual = not main.checkpoint.english_only
+    opts = DecodeOptions(
+        language=code if multilingual else None,
+        task=req.task if multilingual else None,
+        return_timestamps=req.timestamps,
+        gamma=req.gamma,
+        gamma_schedule=req.gamma_schedule,
+        engine=req.engine,
+    )
+    features: Features = decoding.prepare_features(main, samples)
+    n_runs = 2 * (req.repeats + 1)
+    done = [0]
+
+    def tick(name: str) -> None:
+        if progress:
+            progress(0.2 + 0.8 * done[0] / n_runs, name)
+        done[0] += 1
+
+    def baseline() -> DecodeResult:
+        tick("Baseline run")
+        return decoding.decode_baseline(main, features, opts)
+
+    def speculative() -> DecodeResult:
+        tick("Speculative run")
+        return decoding.decode_speculative(main, draft, features, opts)
+
+    try:
+        timings = alternate(
+            {"baseline": baseline, "speculative": speculative},
+            repeats=req.repeats,
+            warmup=1,
+            device=main.device,
+        )
+    except torch.cuda.OutOfMemoryError as e:
+        cache.clear()
+        raise CompareError(
+            "The GPU ran out of memory for this pair and audio; the model cache was emptied. "
+            "Try a smaller checkpoint or shorter audio."
+        ) from e
+    base, spec = timings["baseline"], timings["speculative"]
+    return Comparison(
+        baseline=dataclasses.replace(base.result, time_s=base.median_s),
+        speculative=dataclasses.replace(spec.result, time_s=spec.median_s),
+        baseline_times_s=base.times_s,
+        speculative_times_s=spec.times_s,
+        main=main.checkpoint.label,
+        assistant=draft.checkpoint.label,
+        device=_device_name(main.device),
+        dtype=str(main.dtype).removeprefix("torch."),
+        engine=req.engine,
+        repeats=req.repeats,
+        load_time_s=load_s,
+        duration_s=len(samples) / decoding.SAMPLE_RATE,
+        language=code,
+        task=req.task if multilingual else None,
+    )
+
+
+def _device_name(device: torch.device) -> str:
+    if device.type == "cuda":
+        return f"cuda ({torch.cuda.get_device_name(device)})"
+    threads = torch.get_num_threads()
+    return f"cpu ({threads} thread{'s' if threads != 1 else ''})"
+
+
+def leviathan_speedup(alpha: float, gamma: float, c: float) -> float:
+    """Expected improvement factor of the decoding loop (Leviathan et al. 2023, eq. 1-2)."""
+    if gamma <= 0:
+        return 1.0
+    expected = gamma + 1 if alpha >= 1 else (1 - alpha ** (gamma + 1)) / (1 - alpha)
+    return expected / (gamma * c + 1)

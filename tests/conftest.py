@@ -1,0 +1,94 @@
+"""Shared fixtures: tiny random checkpoints in a throwaway models folder, the real offline
+weights when prepared, and the shared speech clips when present."""
+
+from __future__ import annotations
+
+import os
+import sys
+import warnings
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+SHARED_SPEECH = ROOT.parent / "shared" / "data" / "speech"
+sys.path.insert(0, str(Path(__file__).parent))
+
+# Never reach for the Hub from tests; local folders only.
+os.environ.setdefault("HF_HUB_OFFLINE", "1")
+warnings.filterwarnings("ignore", message=".*torch.ao.quantization is deprecated.*")
+os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")  # per-step length notices in assisted mode
+
+
+@pytest.fixture(scope="session")
+def tiny_models(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A models folder with tiny random checkpoints: two seq2seq mains/assistants of the same
+    shape and seed-different weights, and a decoder-only assistant of the same width."""
+    import tiny
+
+    root = tmp_path_factory.mktemp("models")
+    tiny.save_tiny_checkpoint(root / "tiny-random-a", seed=0)
+    tiny.save_tiny_checkpoint(root / "tiny-random-b", seed=1)
+    tiny.save_tiny_decoder_only(root / "tiny-random-decoder", seed=2)
+    return root
+
+
+@pytest.fixture
+def use_models(monkeypatch: pytest.MonkeyPatch):
+    """Point SPECWHISPER_MODELS at a folder for one test."""
+
+    def use(folder: Path) -> Path:
+        monkeypatch.setenv("SPECWHISPER_MODELS", str(folder))
+        return folder
+
+    return use
+
+
+@pytest.fixture(scope="session")
+def real_models() -> Path:
+    """The converted offline checkpoints (python -m specwhisper.offline), or skip."""
+    root = Path(os.environ.get("SPECWHISPER_MODELS", ROOT / "models")).resolve()
+    if not (root / "whisper-tiny.en" / "model.safetensors").is_file():
+        pytest.skip("offline weights not prepared (run python -m specwhisper.offline)")
+    return root
+
+
+@pytest.fixture(scope="session")
+def shared_speech() -> Path:
+    if not (SHARED_SPEECH / "manifest.tsv").is_file():
+        pytest.skip("../shared/data/speech is absent")
+    return SHARED_SPEECH
+
+
+@pytest.fixture(scope="session")
+def app_models(tiny_models: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A models folder for the app and API tests, where a whole comparison takes seconds.
+
+    The tiny checkpoints are copied with their output capped at 8 tokens and timestamp tokens
+    suppressed (a random model emits them, and Whisper then re-decodes the window from each).
+    Three folders exist only to be refused before anything loads: `tiny-english` says it has
+    the English-only vocabulary, `tiny-other-vocab` the v2 multilingual one (so it cannot assist
+    the tiny mains), and `tiny-config-only` has a config.json and nothing else.
+    """
+    import json
+    import shutil
+
+    import tiny
+
+    n_timestamps = len(tiny.TIMESTAMPS)  # the tiny vocabulary ends with the timestamp tokens
+    root = tmp_path_factory.mktemp("app-models")
+    for name in ("tiny-random-a", "tiny-random-b", "tiny-random-decoder"):
+        shutil.copytree(tiny_models / name, root / name)
+        path = root / name / "generation_config.json"
+        config = json.loads(path.read_text())
+        vocab_size = json.loads((root / name / "config.json").read_text())["vocab_size"]
+        config["max_length"] = 8
+        config["suppress_tokens"] += list(range(vocab_size - n_timestamps, vocab_size))
+        path.write_text(json.dumps(config))
+    for name, vocab_size in (("tiny-english", 51864), ("tiny-other-vocab", 51865)):
+        shutil.copytree(tiny_models / "tiny-random-b", root / name)
+        path = root / name / "config.json"
+        path.write_text(json.dumps(json.loads(path.read_text()) | {"vocab_size": vocab_size}))
+    (root / "tiny-config-only").mkdir()
+    shutil.copy(tiny_models / "tiny-random-a" / "config.json", root / "tiny-config-only")
+    return root

@@ -1,0 +1,137 @@
+"""Speculative output equals baseline output, token for token, on tiny random Whisper models.
+
+Each assistant kind is covered: the main itself (every draft accepted), a differently seeded
+random seq2seq model (most drafts rejected), a decoder-only assistant reading the main's encoder
+outputs, and the main's own int8 decoder (self-int8). Both speculative engines run: our loop
+and transformers' assisted generation.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from specwhisper import decoding, models
+from specwhisper.decoding import DecodeOptions, GammaSchedule
+
+N_INPUTS = 20
+ASSISTANTS = ["tiny-random-a", "tiny-random-b", "tiny-random-decoder", models.SELF_INT8]
+
+
+@pytest.fixture(scope="module")
+def loaded(tiny_models):
+    cache = models.ModelCache(capacity=8)
+    cpu, fp32 = torch.device("cpu"), torch.float32
+
+    def load(name: str) -> models.Loaded:
+        return cache.get(models._local_checkpoint(tiny_models / name), cpu, fp32)
+
+    main = load("tiny-random-a")
+    drafts = {name: load(name) for name in ASSISTANTS if name != models.SELF_INT8}
+    drafts[models.SELF_INT8] = cache.self_int8(main)
+    return main, drafts
+
+
+def _inputs(n: int) -> list[np.ndarray]:
+    rng = np.random.default_rng(1234)
+    # Random noise of varied lengths and loudness: each gives a different random-model output.
+    return [
+        (rng.standard_normal(int(16_000 * rng.uniform(0.5, 8))) * rng.uniform(0.05, 0.5)).astype(
+            np.float32
+        )
+        for _ in range(n)
+    ]
+
+
+@pytest.mark.parametrize("engine", decoding.ENGINES)
+@pytest.mark.parametrize("assistant", ASSISTANTS)
+def test_speculative_equals_baseline_token_for_token(loaded, assistant, engine):
+    main, drafts = loaded
+    opts = DecodeOptions(
+        language="en", task="transcribe", gamma=4, engine=engine, max_new_tokens=40
+    )
+    n_tokens, n_accepted, n_drafted = 0, 0, 0
+    for i, samples in enumerate(_inputs(N_INPUTS)):
+        features = decoding.prepare_features(main, samples)
+        base = decoding.decode_baseline(main, features, opts)
+        spec = decoding.decode_speculative(main, drafts[assistant], features, opts)
+        assert spec.token_ids == base.token_ids, f"input {i}: diverges at " + str(
+            decoding.first_divergence(base.token_ids, spec.token_ids)
+        )
+        assert spec.text == base.text
+        assert spec.n_tokens == base.n_tokens > 0
+        n_tokens += base.n_tokens
+        n_accepted += spec.n_accepted
+        n_drafted += spec.n_draft_tokens
+    assert n_tokens > 10 * N_INPUTS  # the random model speaks, so the loop is exercised
+    if assistant == "tiny-random-a":
+        assert n_accepted == n_drafted > 0  # the main drafting for itself is always right
+
+
+def test_steps_account_for_every_generated_token(loaded):
+    main, drafts = loaded
+    samples = _inputs(1)[0]
+    features = decoding.prepare_features(main, samples)
+    opts = DecodeOptions(
+        language="en", task="transcribe", gamma=3, gamma_schedule="constant", max_new_tokens=40
+    )
+    spec = decoding.decode_speculative(main, drafts["tiny-random-b"], features, opts)
+    # Prefill gives the first token; each step adds its accepted drafts plus one main token.
+    from_steps = 1 + sum(s.n_accepted + 1 for s in spec.steps)
+    assert from_steps == spec.n_tokens
+    assert all(len(s.drafted) <= 3 for s in spec.steps)
+    assert spec.n_main_forwards == len(spec.steps) + 1  # no language detection: language given
+    assert 0.0 <= spec.acceptance_rate <= 1.0
+
+
+def test_timestamps_and_auto_language_stay_identical(loaded):
+    main, drafts = loaded
+    for samples in _inputs(4):
+        features = decoding.prepare_features(main, samples)
+        for opts in (
+            DecodeOptions(return_timestamps=True, max_new_tokens=40),
+            DecodeOptions(language=None, max_new_tokens=40),
+        ):
+            base = decoding.decode_baseline(main, features, opts)
+            spec = decoding.decode_speculative(main, drafts[models.SELF_INT8], features, opts)
+            assert spec.token_ids == base.token_ids
+            assert spec.segments == base.segments
+
+
+def test_long_form_is_identical_window_by_window(loaded):
+    main, drafts = loaded
+    rng = np.random.default_rng(7)
+    samples = (rng.standard_normal(16_000 * 65) * 0.2).astype(np.float32)  # 65 s: 3+ windows
+    features = decoding.prepare_features(main, samples)
+    assert features.long_form
+    opts = DecodeOptions(language="en", task="transcribe", max_new_tokens=30)
+    base = decoding.decode_baseline(main, features, opts)
+    # Our loop only: transformers' assisted generation decodes long-form audio in one call
+    # (force_unique_generate_call), not window by window, so it does not match the baseline.
+    spec = decoding.decode_speculative(main, drafts["tiny-random-b"], features, opts)
+    assert spec.token_ids == base.token_ids
+    assert spec.segments == base.segments
+    assert base.n_windows >= 2
+    assert spec.n_windows == base.n_windows
+
+
+def test_gamma_schedule_stops_drafting_when_it_does_not_pay():
+    schedule = GammaSchedule("adaptive", gamma=5)
+    # A draft as slow as the main with half the tokens accepted never pays.
+    for _ in range(20):
+        schedule.update(4, 1, draft_s=4 * 0.010, verify_s=0.011)
+    schedule.update(0, 0, 0.0, 0.010)
+    assert schedule.next() == 0
+    # A cheap, accurate draft pays, and the more so the longer the blocks.
+    fast = GammaSchedule("adaptive", gamma=5)
+    for _ in range(20):
+        fast.update(6, 6, draft_s=6 * 0.002, verify_s=0.012)
+    fast.update(0, 0, 0.0, 0.010)
+    assert fast.next() >= 4
+
+
+def test_first_divergence():
+    assert decoding.first_divergence((1, 2, 3), (1, 2, 3)) is None
+    assert decoding.first_divergence((1, 2, 3), (1, 5, 3)) == 1
+    assert decoding.first_divergence((1, 2), (1, 2, 3)) == 2
