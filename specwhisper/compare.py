@@ -235,6 +235,25 @@ def load_pair(
     return main, draft, cache.total_load_s - before
 
 
+def decode_options(
+    req: CompareRequest,
+    main: models.Loaded,
+    language: str | None,
+    max_new_tokens: int | None = None,
+) -> DecodeOptions:
+    """The request as decoder options: English-only mains get no language or task token."""
+    multilingual = not main.checkpoint.english_only
+    return DecodeOptions(
+        language=language if multilingual else None,
+        task=req.task if multilingual else None,
+        return_timestamps=req.timestamps,
+        gamma=req.gamma,
+        gamma_schedule=req.gamma_schedule,
+        engine=req.engine,
+        max_new_tokens=max_new_tokens,
+    )
+
+
 def compare(
     samples: np.ndarray,
     req: CompareRequest,
@@ -246,14 +265,7 @@ def compare(
     main, draft, load_s = load_pair(req, cache=cache, progress=progress)
     code = language_code(req.language)
     multilingual = not main.checkpoint.english_only
-    opts = DecodeOptions(
-        language=code if multilingual else None,
-        task=req.task if multilingual else None,
-        return_timestamps=req.timestamps,
-        gamma=req.gamma,
-        gamma_schedule=req.gamma_schedule,
-        engine=req.engine,
-    )
+    opts = decode_options(req, main, code)
     features: Features = decoding.prepare_features(main, samples)
     n_runs = 2 * (req.repeats + 1)
     done = [0]

@@ -26,6 +26,7 @@ class Example:
     duration_s: float | None  # as the manifest states it; None when it does not
     source: str  # where the clip came from ("" when not stated)
     license: str  # the clip's licence ("" when not stated)
+    category: str = ""  # e.g. "read/audiobook"; "" when the manifest has no such column
 
 
 def read_manifest(path: str | os.PathLike) -> list[Example]:
@@ -84,4 +85,5 @@ def _example(row: dict[str, str], manifest: Path, line: int) -> Example:
         duration_s=duration_s,
         source=row.get("source", "").strip(),
         license=row.get("license", "").strip(),
+        category=(row.get("category") or "").strip(),
     )

