@@ -1,0 +1,100 @@
+"""Checkpoint registry, pair compatibility, safe resolution and the self-int8 draft."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from specwhisper import models
+from specwhisper.models import CheckpointError, pair_problem, resolve
+
+
+def hub(name: str) -> models.Checkpoint:
+    return resolve(name, role="assistant")
+
+
+@pytest.mark.parametrize(
+    "main, assistant",
+    [
+        ("openai/whisper-large-v2", "distil-whisper/distil-large-v2"),
+        ("openai/whisper-large-v3", "distil-whisper/distil-large-v3"),
+        ("openai/whisper-large-v2", "openai/whisper-tiny"),
+        ("openai/whisper-medium.en", "distil-whisper/distil-medium.en"),
+        ("openai/whisper-small.en", "openai/whisper-tiny.en"),
+        ("openai/whisper-base", "openai/whisper-base"),
+        ("openai/whisper-large-v3", models.SELF_INT8),
+    ],
+)
+def test_compatible_pairs(main, assistant):
+    other = assistant if assistant == models.SELF_INT8 else hub(assistant)
+    assert pair_problem(resolve(main), other) is None
+
+
+@pytest.mark.parametrize(
+    "main, assistant, words",
+    [
+        ("openai/whisper-large-v3", "openai/whisper-tiny", "tokenizers differ"),
+        ("openai/whisper-large-v3-turbo", "distil-whisper/distil-large-v2", "tokenizers differ"),
+        ("openai/whisper-medium", "distil-whisper/distil-large-v2", "distilled from"),
+        ("openai/whisper-base", "openai/whisper-tiny.en", "tokenizers differ"),
+    ],
+)
+def test_incompatible_pairs_say_why(main, assistant, words):
+    assert words in pair_problem(resolve(main), hub(assistant))
+
+
+def test_resolve_rejects_unknown_ids_and_paths_outside_the_models_folder(tmp_path, use_models):
+    use_models(tmp_path)
+    for bad, words in [
+        ("openai/whisper-huge-v9", "not in the list"),
+        ("someone/evil-model", "Unknown main checkpoint"),
+        ("../../etc", "outside"),
+        ("./../x", "outside"),
+        ("/etc", "outside"),
+        ("", "Pick a main checkpoint"),
+    ]:
+        with pytest.raises(CheckpointError, match=words):
+            resolve(bad)
+
+
+def test_local_folders_are_listed_and_broken_ones_explained(tiny_models, use_models, tmp_path):
+    root = use_models(tmp_path / "models")
+    root.mkdir()
+    for name in ("tiny-random-a", "tiny-random-decoder"):
+        (root / name).symlink_to(tiny_models / name, target_is_directory=True)
+    broken = root / "half-copied"
+    broken.mkdir()
+    (broken / "config.json").write_text(json.dumps({"model_type": "whisper"}))
+    found = models.local_checkpoints(root)
+    assert set(found) == {"tiny-random-a", "tiny-random-decoder"}
+    assert found["tiny-random-decoder"].decoder_only
+    with pytest.raises(CheckpointError, match="no .safetensors"):
+        resolve("half-copied")
+    main = resolve("tiny-random-a")
+    assert [c.id for c in models.main_choices(include_hub=False)] == ["tiny-random-a"]
+    cpu = models.assistant_choices(main, include_hub=False, on_gpu=False)
+    assert cpu[0] == models.SELF_INT8 and "tiny-random-decoder (local)" in cpu
+    assert models.SELF_INT8 not in models.assistant_choices(main, include_hub=False, on_gpu=True)
+
+
+def test_hub_ids_fail_clearly_offline(monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    with pytest.raises(CheckpointError, match="offline mode"):
+        models.ModelCache().get(resolve("openai/whisper-tiny"), torch.device("cpu"), torch.float32)
+
+
+def test_self_int8_is_the_main_decoder_in_int8(tiny_models):
+    cache = models.ModelCache()
+    main = cache.get(
+        models._local_checkpoint(tiny_models / "tiny-random-a"), torch.device("cpu"), torch.float32
+    )
+    draft = cache.self_int8(main)
+    assert cache.self_int8(main) is draft  # built once, then cached
+    linears = [m for m in draft.model.modules() if type(m) is torch.nn.Linear]
+    quantized = [
+        m for m in draft.model.modules() if isinstance(m, torch.ao.nn.quantized.dynamic.Linear)
+    ]
+    assert not linears and len(quantized) > 0
+    assert draft.checkpoint.decoder_only and draft.checkpoint.family == main.checkpoint.family
