@@ -39,7 +39,7 @@ import torch
 
 import specwhisper
 from specwhisper import compare, decoding, examples, models
-from specwhisper.audio import AudioLimits, load_audio
+from specwhisper.audio import SAMPLE_RATE, AudioLimits, load_audio
 from specwhisper.compare import CompareRequest, Comparison
 from specwhisper.decoding import DecodeResult
 from specwhisper.examples import Example
@@ -254,6 +254,39 @@ def _clip(ex: Example, name: str, category: str, language: str) -> Clip:
     except ValueError as e:  # CompareError, AudioError
         raise BenchError(f"{name}: {e}") from None
     return Clip(name, category, code, ex.reference, audio.samples)
+
+
+def join_clips(clips: list[Clip], min_s: float, gap_s: float = 0.3) -> list[Clip]:
+    """Join consecutive clips of one language into clips of at least `min_s` seconds, with
+    `gap_s` of silence between them and their references joined: real speech at the 20-30 s
+    lengths where a 30 s window is mostly used, from a manifest of short lines. A remainder
+    shorter than min_s / 2 is added to the language's previous joined clip."""
+    gap = np.zeros(int(gap_s * SAMPLE_RATE), dtype=np.float32)
+    groups: list[list[Clip]] = []
+    for clip in clips:
+        last = groups[-1] if groups else None
+        full = last is None or sum(len(c.samples) for c in last) >= min_s * SAMPLE_RATE
+        if last is None or full or last[0].language != clip.language:
+            groups.append([clip])
+        else:
+            last.append(clip)
+    merged: list[list[Clip]] = []
+    for group in groups:
+        short = sum(len(c.samples) for c in group) < min_s / 2 * SAMPLE_RATE
+        if short and merged and merged[-1][0].language == group[0].language:
+            merged[-1] += group  # a language's short remainder
+        else:
+            merged.append(group)
+    groups = merged
+    joined = []
+    for group in groups:
+        parts = [p for c in group for p in (c.samples, gap)][:-1]
+        name = f"{group[0].name}+{len(group) - 1}" if len(group) > 1 else group[0].name
+        reference = " ".join(c.reference for c in group)
+        joined.append(
+            Clip(name, group[0].category, group[0].language, reference, np.concatenate(parts))
+        )
+    return joined
 
 
 def check_clips(req: CompareRequest, clips: list[Clip]) -> None:
@@ -615,6 +648,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--category", help="keep clips whose category starts with this")
     parser.add_argument("--limit", type=int, help="keep the first N selected clips")
     parser.add_argument(
+        "--join",
+        type=float,
+        metavar="SECONDS",
+        help="join consecutive clips of a language into clips of at least this many seconds",
+    )
+    parser.add_argument(
         "--max-new-tokens", type=int, help="cap tokens per 30 s window (quick checks only)"
     )
     args = parser.parse_args(argv)
@@ -735,6 +774,8 @@ def main(argv: list[str] | None = None) -> int:
         compare.check_request(req)
         filters = dict(pattern=args.filter, category=args.category, limit=args.limit)
         clips = select_clips(args.manifest, language=args.language, **filters)
+        if args.join:
+            clips = join_clips(clips, args.join)
         check_clips(req, clips)
         main_model, draft, load_s = compare.load_pair(req)
     except ValueError as e:  # BenchError, CompareError, CheckpointError, AudioError

@@ -194,3 +194,20 @@ def test_cli_with_real_weights_is_identical(real_models, tmp_path):
     assert summary["wer_baseline"] < 0.3  # a real transcript, not noise
     assert 0 < summary["acceptance_rate"] <= 1
     assert (out / "results.json").is_file() and (out / "speedups.png").is_file()
+
+
+def test_join_clips_builds_long_clips_per_language():
+    import numpy as np
+
+    from specwhisper.bench import Clip, join_clips
+
+    def clip(name: str, lang: str, seconds: float) -> Clip:
+        return Clip(name, "read", lang, name, np.ones(int(16_000 * seconds), dtype=np.float32))
+
+    clips = [clip(f"en{i}", "en", 6) for i in range(9)] + [clip("fr0", "fr", 4)]
+    joined = join_clips(clips, min_s=20)
+    assert [c.language for c in joined] == ["en", "en", "fr"]
+    assert joined[0].name == "en0+3" and joined[0].reference == "en0 en1 en2 en3"
+    assert len(joined[0].samples) == 16_000 * 24 + 3 * int(16_000 * 0.3)
+    # The 6 s remainder (en8) is under min_s / 2, so it joins the second clip.
+    assert joined[1].name == "en4+4"
