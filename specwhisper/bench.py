@@ -43,7 +43,7 @@ from specwhisper.audio import SAMPLE_RATE, AudioLimits, load_audio
 from specwhisper.compare import CompareRequest, Comparison
 from specwhisper.decoding import DecodeResult
 from specwhisper.examples import Example
-from specwhisper.timing import Timings, alternate
+from specwhisper.timing import alternate
 
 EXIT_BAD_INPUT = 2
 # Benchmark clips are the user's own local files, not uploads: only sanity limits apply.
@@ -342,7 +342,17 @@ def run_clip(
     timings = alternate(runs, repeats=req.repeats, warmup=1, device=main.device)
 
     def comparison(side: str, engine: str) -> Comparison:
-        return _comparison(timings["baseline"], timings[side], req, main, draft, clip, engine)
+        return compare.comparison_of(
+            timings["baseline"],
+            timings[side],
+            req,
+            main,
+            draft,
+            load_time_s=0.0,
+            duration_s=len(clip.samples) / decoding.SAMPLE_RATE,
+            language=clip.language,
+            engine=engine,
+        )
 
     ours = comparison("speculative", req.engine)
     theirs = comparison("peer", PEER_ENGINE) if peer else None
@@ -354,33 +364,6 @@ def run_clip(
         peer=normalize(theirs.speculative.text) if theirs else None,
     )
     return ClipResult(clip, ours, theirs, scored)
-
-
-def _comparison(
-    base: Timings,
-    side: Timings,
-    req: CompareRequest,
-    main: models.Loaded,
-    draft: models.Loaded,
-    clip: Clip,
-    engine: str,
-) -> Comparison:
-    return Comparison(
-        baseline=dataclasses.replace(base.result, time_s=base.median_s),
-        speculative=dataclasses.replace(side.result, time_s=side.median_s),
-        baseline_times_s=base.times_s,
-        speculative_times_s=side.times_s,
-        main=main.checkpoint.label,
-        assistant=draft.checkpoint.label,
-        device=device_name(main.device),
-        dtype=str(main.dtype).removeprefix("torch."),
-        engine=engine,
-        repeats=req.repeats,
-        load_time_s=0.0,
-        duration_s=len(clip.samples) / decoding.SAMPLE_RATE,
-        language=clip.language,
-        task=None if main.checkpoint.english_only else req.task,
-    )
 
 
 # ---------------------------------------------------------------------------------------------

@@ -20,7 +20,7 @@ import torch
 
 from specwhisper import decoding, models
 from specwhisper.decoding import DecodeOptions, DecodeResult, Features
-from specwhisper.timing import alternate
+from specwhisper.timing import Timings, alternate
 
 Progress = Callable[[float, str], None]  # (fraction done, what is happening)
 
@@ -112,6 +112,8 @@ class Comparison:
     dtype: str
     engine: str
     repeats: int
+    gamma: int  # requested draft tokens (the start value for adaptive/heuristic)
+    gamma_schedule: str
     load_time_s: float  # loading both checkpoints in this request (0 when cached)
     duration_s: float  # audio length
     language: str | None  # as requested (None: auto-detected)
@@ -197,6 +199,9 @@ class Comparison:
             "predicted_speedup": round(self.predicted_speedup, 4),
             "cost_ratio": round(self.cost_ratio, 4),
             "mean_gamma": round(self.mean_gamma, 3),
+            "alpha": round(self.alpha, 4),
+            "gamma": self.gamma,
+            "gamma_schedule": self.gamma_schedule,
             "main": self.main,
             "assistant": self.assistant,
             "device": self.device,
@@ -264,7 +269,6 @@ def compare(
     """Transcribe `samples` (float32 mono 16 kHz) with and without the assistant."""
     main, draft, load_s = load_pair(req, cache=cache, progress=progress)
     code = language_code(req.language)
-    multilingual = not main.checkpoint.english_only
     opts = decode_options(req, main, code)
     features: Features = decoding.prepare_features(main, samples)
     n_runs = 2 * (req.repeats + 1)
@@ -296,7 +300,31 @@ def compare(
             "The GPU ran out of memory for this pair and audio; the model cache was emptied. "
             "Try a smaller checkpoint or shorter audio."
         ) from e
-    base, spec = timings["baseline"], timings["speculative"]
+    return comparison_of(
+        timings["baseline"],
+        timings["speculative"],
+        req,
+        main,
+        draft,
+        load_time_s=load_s,
+        duration_s=len(samples) / decoding.SAMPLE_RATE,
+        language=code,
+    )
+
+
+def comparison_of(
+    base: Timings,
+    spec: Timings,
+    req: CompareRequest,
+    main: models.Loaded,
+    draft: models.Loaded,
+    *,
+    load_time_s: float,
+    duration_s: float,
+    language: str | None,
+    engine: str | None = None,
+) -> Comparison:
+    """A Comparison from the timed runs of both sides (the medians become their times)."""
     return Comparison(
         baseline=dataclasses.replace(base.result, time_s=base.median_s),
         speculative=dataclasses.replace(spec.result, time_s=spec.median_s),
@@ -304,18 +332,20 @@ def compare(
         speculative_times_s=spec.times_s,
         main=main.checkpoint.label,
         assistant=draft.checkpoint.label,
-        device=_device_name(main.device),
+        device=device_name(main.device),
         dtype=str(main.dtype).removeprefix("torch."),
-        engine=req.engine,
+        engine=engine or req.engine,
         repeats=req.repeats,
-        load_time_s=load_s,
-        duration_s=len(samples) / decoding.SAMPLE_RATE,
-        language=code,
-        task=req.task if multilingual else None,
+        gamma=req.gamma,
+        gamma_schedule=req.gamma_schedule,
+        load_time_s=load_time_s,
+        duration_s=duration_s,
+        language=language,
+        task=None if main.checkpoint.english_only else req.task,
     )
 
 
-def _device_name(device: torch.device) -> str:
+def device_name(device: torch.device) -> str:
     if device.type == "cuda":
         return f"cuda ({torch.cuda.get_device_name(device)})"
     threads = torch.get_num_threads()

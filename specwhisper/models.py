@@ -168,7 +168,7 @@ def resolve(name: str, *, role: str = "main") -> Checkpoint:
     if name.endswith(" (local)"):
         name = name[: -len(" (local)")]
     if not name:
-        raise CheckpointError(f"Pick a {role} checkpoint.")
+        raise CheckpointError(f"Pick {'an' if role == 'assistant' else 'a'} {role} checkpoint.")
     root = models_dir()
     registry = HUB_MAINS if role == "main" else {**HUB_MAINS, **HUB_ASSISTANTS}
     if name in registry:

