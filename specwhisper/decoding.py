@@ -18,6 +18,7 @@ This module does not load checkpoints, read audio or time repeats (see models, a
 from __future__ import annotations
 
 import contextlib
+import copy
 import math
 import time
 from collections.abc import Callable, Iterator
@@ -403,9 +404,20 @@ class GammaSchedule:
         if k in self.t_verify_s:
             return self.t_verify_s[k]
         known = sorted(self.t_verify_s)
-        base = self.t_verify_s[known[0]]
-        # Verifying is nearly flat in k on small batches; assume 8% more per extra token.
-        return base * (1 + 0.08 * (k - known[0]))
+        lo = max((x for x in known if x < k), default=None)
+        hi = min((x for x in known if x > k), default=None)
+        if lo is not None and hi is not None:  # interpolate between measured neighbours
+            w = (k - lo) / (hi - lo)
+            return (1 - w) * self.t_verify_s[lo] + w * self.t_verify_s[hi]
+        near = known[-2:] if hi is None else known[:2]
+        if len(near) == 2:  # extrapolate along the measured slope (never downhill)
+            slope = max(
+                0.0, (self.t_verify_s[near[1]] - self.t_verify_s[near[0]]) / (near[1] - near[0])
+            )
+        else:  # one point: assume 12% more per token, as measured on CPU for base
+            slope = 0.12 * self.t_verify_s[near[0]]
+        anchor = near[-1] if hi is None else near[0]
+        return self.t_verify_s[anchor] + slope * (k - anchor)
 
     def next(self) -> int:
         if self.kind != "adaptive" or self.t_draft_s is None or not self.t_verify_s:
@@ -490,17 +502,18 @@ def speculative_decode(
     max_length = generation_config.max_length
     tokens = input_ids[0].tolist()
     processors = list(logits_processor)
+    project = _projection(main)
 
     def verify(before: list[int], fed: list[int], n_last: int) -> torch.Tensor:
         """Main pass over `fed` (the cache already holds `before`): processed logits of the last
         n_last positions, [n_last, V]. Position i's processors see before + fed[: i + 1]."""
-        out = main(
-            decoder_input_ids=torch.tensor([fed], device=device),
-            encoder_outputs=encoder_outputs,
+        hidden = main.model.decoder(
+            input_ids=torch.tensor([fed], device=device),
+            encoder_hidden_states=encoder_outputs.last_hidden_state,
             past_key_values=cache,
             use_cache=True,
-        )
-        logits = out.logits[0, -n_last:].float()  # [n_last, V]
+        ).last_hidden_state  # [1, K, D]
+        logits = project(hidden[0, -n_last:]).float()  # [n_last, V]
         prefix = torch.tensor([before + fed], device=device)  # [1, T]
         end = len(before) + len(fed) - n_last + 1
         for i in range(n_last):
@@ -548,6 +561,21 @@ def speculative_decode(
     if generation_config.return_dict_in_generate:
         return GenerateEncoderDecoderOutput(sequences=sequences, past_key_values=cache)
     return sequences
+
+
+def _projection(main: torch.nn.Module) -> Callable[[torch.Tensor], torch.Tensor]:
+    """hidden [K, D] -> logits [K, V]. On CPU, MKL's F.linear against the [V, D] output matrix
+    slows down three-fold from one row to several; a [D, V] copy, made once, keeps the
+    multi-token verify pass near the one-token cost."""
+    weight = main.proj_out.weight
+    if weight.device.type != "cpu":
+        return main.proj_out
+    cached = getattr(main, "_specwhisper_proj_t", None)
+    if cached is None or cached[0] is not weight:
+        cached = (weight, weight.detach().t().contiguous())
+        main._specwhisper_proj_t = cached
+    proj_t = cached[1]
+    return lambda hidden: hidden @ proj_t
 
 
 def _process(processors: list[Any], prefix: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
@@ -694,6 +722,21 @@ def decode_baseline(main: Loaded, features: Features, opts: DecodeOptions) -> De
     return _finish(main, output, seconds, "generate", meter, n_windows=encoder.n_calls)
 
 
+@contextlib.contextmanager
+def _assistant_config(model: torch.nn.Module, settings: dict[str, Any]) -> Iterator[None]:
+    """Set the assistant's generation config for one call and restore it afterwards: Whisper's
+    generate also writes `force_unique_generate_call` into it, which would turn later long-form
+    runs of the same model (main as its own assistant) into a single 30 s window."""
+    saved = model.generation_config
+    model.generation_config = copy.deepcopy(saved)
+    for key, value in settings.items():
+        setattr(model.generation_config, key, value)
+    try:
+        yield
+    finally:
+        model.generation_config = saved
+
+
 def decode_speculative(
     main: Loaded, draft: Loaded, features: Features, opts: DecodeOptions
 ) -> DecodeResult:
@@ -711,15 +754,18 @@ def decode_speculative(
         context: Any = contextlib.nullcontext()
     else:
         # transformers reads these from the assistant's generation config, not from generate().
-        config = draft.model.generation_config
-        config.num_assistant_tokens = max(opts.gamma, 1)
-        config.num_assistant_tokens_schedule = (
-            "constant" if opts.gamma_schedule == "constant" else "heuristic"
+        settings = dict(
+            num_assistant_tokens=max(opts.gamma, 1),
+            num_assistant_tokens_schedule=(
+                "constant" if opts.gamma_schedule == "constant" else "heuristic"
+            ),
+            assistant_confidence_threshold=None if opts.gamma_schedule == "constant" else 0.4,
         )
-        config.assistant_confidence_threshold = None if opts.gamma_schedule == "constant" else 0.4
         kwargs["assistant_model"] = draft.model
         drafter = None
-        context = record_candidates(main.model, stats)
+        context = contextlib.ExitStack()
+        context.enter_context(_assistant_config(draft.model, settings))
+        context.enter_context(record_candidates(main.model, stats))
     with ForwardMeter(main.model.model.decoder, main.device) as meter, context:
         with torch.inference_mode():
             output, seconds = timed(
