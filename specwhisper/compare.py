@@ -10,6 +10,7 @@ It does not decode audio files (see audio) and knows nothing about Gradio.
 from __future__ import annotations
 
 import dataclasses
+import math
 import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -272,20 +273,37 @@ def compare(
     opts = decode_options(req, main, code)
     features: Features = decoding.prepare_features(main, samples)
     n_runs = 2 * (req.repeats + 1)
+    n_windows = max(1, math.ceil(features.duration_s / decoding.WINDOW_S))
     done = [0]
 
-    def tick(name: str) -> None:
-        if progress:
-            progress(0.2 + 0.8 * done[0] / n_runs, name)
+    def run(name: str, fn: Callable[[], DecodeResult]) -> DecodeResult:
+        """One run, reporting progress at its start and at each 30 s window it encodes."""
+        if not progress:
+            return fn()
+        run_index, window = done[0], [0]
         done[0] += 1
 
+        def on_window(*_: Any) -> None:
+            window[0] += 1
+            where = run_index + min(window[0], n_windows) / (n_windows + 1)
+            label = f"{name} run {run_index // 2 + 1} of {req.repeats + 1}"
+            if n_windows > 1:
+                label += f", window {window[0]} of ~{n_windows}"
+            progress(0.2 + 0.8 * where / n_runs, label)
+
+        on_window()
+        window[0] = 0
+        hook = main.model.model.encoder.register_forward_pre_hook(on_window)
+        try:
+            return fn()
+        finally:
+            hook.remove()
+
     def baseline() -> DecodeResult:
-        tick("Baseline run")
-        return decoding.decode_baseline(main, features, opts)
+        return run("Baseline", lambda: decoding.decode_baseline(main, features, opts))
 
     def speculative() -> DecodeResult:
-        tick("Speculative run")
-        return decoding.decode_speculative(main, draft, features, opts)
+        return run("Speculative", lambda: decoding.decode_speculative(main, draft, features, opts))
 
     try:
         timings = alternate(

@@ -1,0 +1,43 @@
+"""compare(): request checks, the API dictionary, progress per run and per 30 s window."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from specwhisper import compare, models
+from specwhisper.compare import CompareError, CompareRequest
+
+
+def test_language_names_and_codes():
+    assert compare.language_code("auto") is None
+    assert compare.language_code("French") == "fr"
+    assert compare.language_code("fr") == "fr"
+    assert compare.language_code("<|es|>") == "es"
+    with pytest.raises(CompareError, match="Unknown language"):
+        compare.language_code("Klingon")
+
+
+def test_leviathan_formula():
+    assert compare.leviathan_speedup(0.0, 4, 0.1) == pytest.approx(1 / 1.4)
+    assert compare.leviathan_speedup(1.0, 4, 0.0) == 5.0
+    assert compare.leviathan_speedup(0.8, 0, 0.1) == 1.0
+
+
+def test_long_audio_reports_progress_per_window(tiny_models, use_models):
+    use_models(tiny_models)
+    rng = np.random.default_rng(3)
+    samples = (rng.standard_normal(16_000 * 70) * 0.2).astype(np.float32)  # 70 s: 3 windows
+    seen: list[tuple[float, str]] = []
+    req = CompareRequest(main="tiny-random-a", assistant=models.SELF_INT8, language="en", repeats=1)
+    result = compare.compare(samples, req, progress=lambda f, what: seen.append((f, what)))
+    assert result.identical
+    assert result.baseline.n_windows >= 2
+    messages = [what for _, what in seen]
+    assert any("window 2 of ~3" in m for m in messages)
+    assert any(m.startswith("Speculative run 2 of 2") for m in messages)
+    fractions = [f for f, _ in seen]
+    assert fractions == sorted(fractions) and 0 <= fractions[0] and fractions[-1] <= 1
+    d = result.to_dict()
+    assert d["identical"] and d["first_divergence"] is None
+    assert {"alpha", "gamma", "gamma_schedule", "predicted_speedup"} <= set(d)
