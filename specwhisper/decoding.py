@@ -190,7 +190,32 @@ class Drafter(Protocol):
         """Only the first n_valid tokens of the sequence are final; forget the rest."""
 
 
-class Int8SelfDrafter:
+class _GreedyDrafter:
+    """Shared greedy proposing: subclasses provide `_forward(ids) -> last logits [V]`, and keep
+    `n` (tokens in their cache), `max_len` and `suppress` ([V] bool, never proposed)."""
+
+    n: int
+    max_len: int
+    suppress: torch.Tensor
+
+    def _forward(self, ids: list[int]) -> torch.Tensor:
+        raise NotImplementedError
+
+    def propose(self, tokens: list[int], n: int) -> list[int]:
+        n = min(n, self.max_len - len(tokens))
+        drafted: list[int] = []
+        if n <= 0:
+            return drafted
+        logits = self._forward(tokens[self.n :])  # catch up on tokens the main added
+        for _ in range(n):
+            token = int(logits.masked_fill(self.suppress, -math.inf).argmax())
+            drafted.append(token)
+            if len(drafted) < n:
+                logits = self._forward([token])
+        return drafted
+
+
+class Int8SelfDrafter(_GreedyDrafter):
     """The main's decoder in int8, run through a lean forward with a preallocated KV cache.
 
     It reuses the main model's cross-attention keys/values (computed once per window by the
@@ -257,24 +282,11 @@ class Int8SelfDrafter:
         """[1, T, D] -> [1, H, T, Dh]"""
         return x.view(1, x.shape[1], self.n_heads, self.head_dim).transpose(1, 2)
 
-    def propose(self, tokens: list[int], n: int) -> list[int]:
-        n = min(n, self.max_len - len(tokens))
-        drafted: list[int] = []
-        if n <= 0:
-            return drafted
-        logits = self._forward(tokens[self.n :])  # catch up on tokens the main added
-        for _ in range(n):
-            token = int(logits.masked_fill(self.suppress, -math.inf).argmax())
-            drafted.append(token)
-            if len(drafted) < n:
-                logits = self._forward([token])
-        return drafted
-
     def accept(self, n_valid: int) -> None:
         self.n = min(self.n, n_valid)
 
 
-class HFDrafter:
+class HFDrafter(_GreedyDrafter):
     """Any transformers Whisper model as a draft: seq2seq with its own encoder, or decoder-only
     (distil) reading the main's encoder outputs. Uses a transformers cache cropped on rejection."""
 
@@ -322,19 +334,6 @@ class HFDrafter:
         self.n += len(ids)
         self.n_forwards += 1
         return out.logits[0, -1].float()
-
-    def propose(self, tokens: list[int], n: int) -> list[int]:
-        n = min(n, self.max_len - len(tokens))
-        drafted: list[int] = []
-        if n <= 0:
-            return drafted
-        logits = self._forward(tokens[self.n :])
-        for _ in range(n):
-            token = int(logits.masked_fill(self.suppress, -math.inf).argmax())
-            drafted.append(token)
-            if len(drafted) < n:
-                logits = self._forward([token])
-        return drafted
 
     def accept(self, n_valid: int) -> None:
         if self.n > n_valid:
