@@ -160,10 +160,17 @@ def choose_fast_settings(page: Page, server: Server) -> None:
     else:
         expect(language).to_be_enabled()
     choose(page, "Assistant (drafts tokens; same tokenizer as the main)", "self-int8")
-    page.get_by_text("Advanced", exact=True).click()
     repeats = page.get_by_label("number input for Timed repeats per side")
-    repeats.fill("1")
-    repeats.press("Enter")
+    if not repeats.is_visible():  # the accordion may start open; a click would close it
+        page.get_by_text("Advanced", exact=True).click()
+    # The main's change event re-renders parts of the form; on a busy machine it can land
+    # after our edit and reset it, so set the value until it sticks.
+    for _ in range(5):
+        repeats.fill("1")
+        repeats.press("Enter")
+        page.wait_for_timeout(300)
+        if repeats.input_value() == "1":
+            break
     expect(repeats).to_have_value("1")
 
 
