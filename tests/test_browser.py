@@ -165,12 +165,14 @@ def choose_fast_settings(page: Page, server: Server) -> None:
         page.get_by_text("Advanced", exact=True).click()
     # The main's change event re-renders parts of the form; on a busy machine it can land
     # after our edit and reset it, so set the value until it sticks.
-    for _ in range(5):
+    for _ in range(8):
         repeats.fill("1")
         repeats.press("Enter")
-        page.wait_for_timeout(300)
+        page.wait_for_timeout(500)
         if repeats.input_value() == "1":
-            break
+            page.wait_for_timeout(500)
+            if repeats.input_value() == "1":  # and it stayed
+                break
     expect(repeats).to_have_value("1")
 
 
