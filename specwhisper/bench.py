@@ -41,7 +41,7 @@ import specwhisper
 from specwhisper import compare, decoding, examples, models
 from specwhisper.audio import SAMPLE_RATE, AudioLimits, load_audio
 from specwhisper.compare import CompareRequest, Comparison
-from specwhisper.decoding import DecodeResult
+from specwhisper.decoding import WINDOW_S, DecodeResult
 from specwhisper.examples import Example
 from specwhisper.timing import alternate
 
@@ -256,24 +256,41 @@ def _clip(ex: Example, name: str, category: str, language: str) -> Clip:
     return Clip(name, category, code, ex.reference, audio.samples)
 
 
-def join_clips(clips: list[Clip], min_s: float, gap_s: float = 0.3) -> list[Clip]:
-    """Join consecutive clips of one language into clips of at least `min_s` seconds, with
-    `gap_s` of silence between them and their references joined: real speech at the 20-30 s
-    lengths where a 30 s window is mostly used, from a manifest of short lines. A remainder
-    shorter than min_s / 2 is added to the language's previous joined clip."""
+def join_clips(
+    clips: list[Clip], min_s: float, gap_s: float = 0.3, max_s: float = WINDOW_S
+) -> list[Clip]:
+    """Join consecutive clips of one language into clips of at least `min_s` and at most
+    `max_s` seconds (one 30 s window), with `gap_s` of silence between them and their
+    references joined: real speech at the 20-30 s lengths where a window is mostly used, from a
+    manifest of short lines. A clip that would push a group past `max_s` starts the next group
+    (a clip longer than `max_s` stays alone); a remainder shorter than min_s / 2 is added to
+    the language's previous joined clip when that still fits in `max_s`."""
     gap = np.zeros(int(gap_s * SAMPLE_RATE), dtype=np.float32)
+
+    def seconds(group: list[Clip]) -> float:
+        return (sum(len(c.samples) for c in group) + (len(group) - 1) * len(gap)) / SAMPLE_RATE
+
     groups: list[list[Clip]] = []
     for clip in clips:
         last = groups[-1] if groups else None
-        full = last is None or sum(len(c.samples) for c in last) >= min_s * SAMPLE_RATE
-        if last is None or full or last[0].language != clip.language:
+        if (
+            last is None
+            or seconds(last) >= min_s
+            or seconds([*last, clip]) > max_s
+            or last[0].language != clip.language
+        ):
             groups.append([clip])
         else:
             last.append(clip)
     merged: list[list[Clip]] = []
     for group in groups:
-        short = sum(len(c.samples) for c in group) < min_s / 2 * SAMPLE_RATE
-        if short and merged and merged[-1][0].language == group[0].language:
+        short = seconds(group) < min_s / 2
+        if (
+            short
+            and merged
+            and merged[-1][0].language == group[0].language
+            and seconds(merged[-1] + group) <= max_s
+        ):
             merged[-1] += group  # a language's short remainder
         else:
             merged.append(group)

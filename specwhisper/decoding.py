@@ -21,12 +21,14 @@ import contextlib
 import copy
 import math
 import time
+import warnings
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
 from specwhisper.models import SELF_INT8, Loaded
 from specwhisper.timing import timed
@@ -216,74 +218,164 @@ class _GreedyDrafter:
 
 
 class Int8SelfDrafter(_GreedyDrafter):
-    """The main's decoder in int8, run through a lean forward with a preallocated KV cache.
+    """The self-int8 draft run through a lean forward with a preallocated KV cache.
 
-    It reuses the main model's cross-attention keys/values (computed once per window by the
-    main's first pass) instead of recomputing them, and skips transformers' cache objects and
-    mask building: per step it is ~20 tensor ops per layer plus the int8 matmuls.
+    The same function as the self-int8 WhisperForCausalLM that transformers' assisted loop uses
+    (models.build_self_int8), computed with fewer and cheaper tensor ops: the query, key and value
+    projections are one int8 matmul (per-channel quantization is per output row, so fusing them
+    changes nothing), the packed fbgemm weights are called directly, no transformers cache
+    objects or masks are built, and the main model's cross-attention keys/values (computed once
+    per window by its first pass) are reused instead of recomputed.
     """
 
     def __init__(self, draft: Loaded, suppress: torch.Tensor):
-        decoder = draft.model.model.decoder
-        self.layers = decoder.layers
-        self.embed_tokens = decoder.embed_tokens
-        self.positions = decoder.embed_positions.weight
-        self.final_norm = decoder.layer_norm
-        self.proj_out = draft.model.proj_out
-        self.n_heads = draft.model.config.decoder_attention_heads
-        self.max_len = draft.model.config.max_target_positions
+        self.w = _lean_weights(draft.model)
         self.suppress = suppress  # [V] bool: tokens the draft never proposes
-        d = draft.model.config.d_model
-        self.head_dim = d // self.n_heads
-        shape = (len(self.layers), 1, self.n_heads, self.max_len, self.head_dim)
-        self.k = torch.zeros(shape)  # [L, 1, H, T_max, Dh]
+        self.max_len = draft.model.config.max_target_positions
+        w = self.w
+        shape = (len(w.layers), w.n_heads, self.max_len, w.head_dim)
+        self.k = torch.zeros(shape)  # [L, H, T_max, Dh]
         self.v = torch.zeros(shape)
         self.cross: list[tuple[torch.Tensor, torch.Tensor]] = []
         self.n = 0  # tokens whose K/V are in the cache
         self.n_forwards = 0
 
     def begin(self, encoder_hidden: torch.Tensor, cache: Any, features: torch.Tensor) -> None:
-        cross = cache.cross_attention_cache.layers
-        # [1, H, Dh, S] keys, pre-transposed once per window, and [1, H, S, Dh] values
+        # [H, Dh, S] keys, pre-transposed once per window, and [H, S, Dh] values
         self.cross = [
-            (layer.keys.float().transpose(-1, -2).contiguous(), layer.values.float())
-            for layer in cross
+            (layer.keys[0].float().transpose(-1, -2).contiguous(), layer.values[0].float())
+            for layer in cache.cross_attention_cache.layers
         ]
         self.n = 0
 
     @torch.inference_mode()
     def _forward(self, ids: list[int]) -> torch.Tensor:
         """Feed ids at positions n.. n+len(ids); return last-position logits [V]."""
-        start, t = self.n, len(ids)
-        x = self.embed_tokens(torch.tensor([ids])) + self.positions[start : start + t]  # [1, T, D]
+        w, linear = self.w, torch.ops.quantized.linear_dynamic
+        start, t, d = self.n, len(ids), self.w.d_model
+        x = w.embed[ids] + w.positions[start : start + t]  # [T, D]
         mask = None
         if t > 1:  # causal within the chunk, everything before it visible
             mask = torch.ones(t, start + t, dtype=torch.bool).tril(start)
-        for i, layer in enumerate(self.layers):
-            attn, cross = layer.self_attn, layer.encoder_attn
-            h = layer.self_attn_layer_norm(x)
-            q = self._heads(attn.q_proj(h) * attn.scaling)  # [1, H, T, Dh]
-            self.k[i, :, :, start : start + t] = self._heads(attn.k_proj(h))
-            self.v[i, :, :, start : start + t] = self._heads(attn.v_proj(h))
-            k, v = self.k[i, :, :, : start + t], self.v[i, :, :, : start + t]
+        for i, layer in enumerate(w.layers):
+            h = F.layer_norm(x, (d,), *layer.norm_self)
+            qkv = linear(h, layer.qkv, reduce_range=True)  # [T, 3D], q pre-scaled
+            q = self._heads(qkv[:, :d])  # [H, T, Dh]
+            self.k[i, :, start : start + t] = self._heads(qkv[:, d : 2 * d])
+            self.v[i, :, start : start + t] = self._heads(qkv[:, 2 * d :])
+            k, v = self.k[i, :, : start + t], self.v[i, :, : start + t]
             a = _attend(q, k.transpose(-1, -2), v, mask)
-            x = x + attn.out_proj(a.transpose(1, 2).reshape(1, t, -1))
-            h = layer.encoder_attn_layer_norm(x)
-            q = self._heads(cross.q_proj(h) * cross.scaling)
+            x = x + linear(a.transpose(0, 1).reshape(t, d), layer.out, reduce_range=True)
+            h = F.layer_norm(x, (d,), *layer.norm_cross)
+            q = self._heads(linear(h, layer.cross_q, reduce_range=True))
             a = _attend(q, *self.cross[i])
-            x = x + cross.out_proj(a.transpose(1, 2).reshape(1, t, -1))
-            h = layer.final_layer_norm(x)
-            x = x + layer.fc2(layer.activation_fn(layer.fc1(h)))
+            x = x + linear(a.transpose(0, 1).reshape(t, d), layer.cross_out, reduce_range=True)
+            h = F.layer_norm(x, (d,), *layer.norm_ffn)
+            h = w.activation(linear(h, layer.fc1, reduce_range=True))
+            x = x + linear(h, layer.fc2, reduce_range=True)
         self.n += t
         self.n_forwards += 1
-        return self.proj_out(self.final_norm(x[:, -1]))[0]  # [V]: only the last position matters
+        x = F.layer_norm(x[-1:], (d,), *w.norm_final)  # only the last position matters
+        return linear(x, w.head, reduce_range=True)[0]  # [V]
 
     def _heads(self, x: torch.Tensor) -> torch.Tensor:
-        """[1, T, D] -> [1, H, T, Dh]"""
-        return x.view(1, x.shape[1], self.n_heads, self.head_dim).transpose(1, 2)
+        """[T, D] -> [H, T, Dh]"""
+        return x.view(x.shape[0], self.w.n_heads, self.w.head_dim).transpose(0, 1)
 
     def accept(self, n_valid: int) -> None:
         self.n = min(self.n, n_valid)
+
+
+@dataclass(frozen=True)
+class _LeanLayer:
+    norm_self: tuple[torch.Tensor, torch.Tensor]  # layer-norm weight, bias
+    qkv: Any  # fbgemm packed int8 weights (+ fp32 bias): q, k, v stacked
+    out: Any
+    norm_cross: tuple[torch.Tensor, torch.Tensor]
+    cross_q: Any
+    cross_out: Any
+    norm_ffn: tuple[torch.Tensor, torch.Tensor]
+    fc1: Any
+    fc2: Any
+
+
+@dataclass(frozen=True)
+class _LeanWeights:
+    layers: tuple[_LeanLayer, ...]
+    embed: torch.Tensor  # [V, D]
+    positions: torch.Tensor  # [T_max, D]
+    norm_final: tuple[torch.Tensor, torch.Tensor]
+    head: Any
+    activation: Callable[[torch.Tensor], torch.Tensor]
+    n_heads: int
+    head_dim: int
+    d_model: int
+
+
+def _lean_weights(model: torch.nn.Module) -> _LeanWeights:
+    """The self-int8 WhisperForCausalLM's weights, repacked once per model for Int8SelfDrafter."""
+    cached = getattr(model, "_specwhisper_lean", None)
+    if cached is not None:
+        return cached
+    decoder = model.model.decoder
+
+    def norm(m: torch.nn.LayerNorm) -> tuple[torch.Tensor, torch.Tensor]:
+        return m.weight.detach(), m.bias.detach()
+
+    layers = tuple(
+        _LeanLayer(
+            norm_self=norm(layer.self_attn_layer_norm),
+            qkv=_fused_int8(
+                layer.self_attn.q_proj,
+                layer.self_attn.k_proj,
+                layer.self_attn.v_proj,
+                scales=(layer.self_attn.scaling, 1.0, 1.0),
+            ),
+            out=_fused_int8(layer.self_attn.out_proj),
+            norm_cross=norm(layer.encoder_attn_layer_norm),
+            cross_q=_fused_int8(layer.encoder_attn.q_proj, scales=(layer.encoder_attn.scaling,)),
+            cross_out=_fused_int8(layer.encoder_attn.out_proj),
+            norm_ffn=norm(layer.final_layer_norm),
+            fc1=_fused_int8(layer.fc1),
+            fc2=_fused_int8(layer.fc2),
+        )
+        for layer in decoder.layers
+    )
+    config = model.config
+    weights = _LeanWeights(
+        layers=layers,
+        embed=decoder.embed_tokens.weight.detach(),
+        positions=decoder.embed_positions.weight.detach(),
+        norm_final=norm(decoder.layer_norm),
+        head=_fused_int8(model.proj_out),
+        activation=decoder.layers[0].activation_fn,
+        n_heads=config.decoder_attention_heads,
+        head_dim=config.d_model // config.decoder_attention_heads,
+        d_model=config.d_model,
+    )
+    model._specwhisper_lean = weights
+    return weights
+
+
+def _fused_int8(*linears: torch.nn.Module, scales: tuple[float, ...] | None = None) -> Any:
+    """One packed fbgemm weight for dynamic-int8 Linear modules that read the same input, stacked
+    along their outputs (a missing bias is zeros), each output optionally multiplied by a factor
+    (attention's 1/sqrt(head_dim), a power of two for Whisper). Per-channel scales make this
+    exact: stacking and scaling only touch per-row scales and biases, never the int8 values."""
+    weights, biases = [], []
+    for m, factor in zip(linears, scales or (1.0,) * len(linears), strict=True):
+        weight, bias = m._weight_bias()  # per-channel qint8 [out, in], fp32 bias or None
+        weights.append((weight, factor))
+        biases.append(torch.zeros(weight.shape[0]) if bias is None else bias.detach() * factor)
+    weight = torch._make_per_channel_quantized_tensor(
+        torch.cat([w.int_repr() for w, _ in weights]),
+        torch.cat([w.q_per_channel_scales() * f for w, f in weights]),
+        torch.cat([w.q_per_channel_zero_points() for w, _ in weights]),
+        0,
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # quantized-tensor deprecation chatter
+        return torch.ops.quantized.linear_prepack(weight, torch.cat(biases))
 
 
 class HFDrafter(_GreedyDrafter):
@@ -345,11 +437,11 @@ def _attend(
     q: torch.Tensor, kt: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None
 ) -> torch.Tensor:
     """Plain attention: for a few queries it beats the fused CPU kernel's set-up cost.
-    q [1, H, T, Dh] (pre-scaled), kt [1, H, Dh, S] (keys transposed), v [1, H, S, Dh]."""
-    w = q @ kt  # [1, H, T, S]
+    q [..., H, T, Dh] (pre-scaled), kt [..., H, Dh, S] (keys transposed), v [..., H, S, Dh]."""
+    w = q @ kt  # [..., H, T, S]
     if mask is not None:
         w = w.masked_fill(~mask, -math.inf)
-    return w.softmax(dim=-1) @ v  # [1, H, T, Dh]
+    return w.softmax(dim=-1) @ v  # [..., H, T, Dh]
 
 
 def _crop(cache: Any, keep: int) -> None:
@@ -514,10 +606,7 @@ def speculative_decode(
         ).last_hidden_state  # [1, K, D]
         logits = project(hidden[0, -n_last:]).float()  # [n_last, V]
         prefix = torch.tensor([before + fed], device=device)  # [1, T]
-        end = len(before) + len(fed) - n_last + 1
-        for i in range(n_last):
-            logits[i] = _process(processors, prefix[:, : end + i], logits[i : i + 1])[0]
-        return logits
+        return _process(processors, prefix, logits)
 
     stats.n_windows += 1
     with torch.inference_mode():
@@ -578,8 +667,29 @@ def _projection(main: torch.nn.Module) -> Callable[[torch.Tensor], torch.Tensor]
 
 
 def _process(processors: list[Any], prefix: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
+    """Apply generate's logits processors to the logits of the last n positions of `prefix`
+    ([1, T] ids, [n, V] logits), as the baseline applies them one step at a time: row i sees
+    the prefix up to and including its own position.
+
+    Two of Whisper's processors are applied without the per-row loop, with the same result:
+    token suppression does not depend on the prefix (one call for the block), and begin
+    suppression only acts on the row whose prefix length is its begin index.
+    """
+    from transformers.generation.logits_process import (
+        SuppressTokensAtBeginLogitsProcessor,
+        SuppressTokensLogitsProcessor,
+    )
+
+    n, length = logits.shape[0], prefix.shape[1]
     for p in processors:
-        logits = p(prefix, logits)
+        if type(p) is SuppressTokensLogitsProcessor:
+            logits = p(prefix, logits)
+            continue
+        rows = range(n)
+        if type(p) is SuppressTokensAtBeginLogitsProcessor:
+            rows = [i for i in rows if length - n + 1 + i == p.begin_index]
+        for i in rows:
+            logits[i] = p(prefix[:, : length - n + 1 + i], logits[i : i + 1])[0]
     return logits
 
 

@@ -312,7 +312,8 @@ def _load_model(ckpt: Checkpoint, device: torch.device, dtype: torch.dtype) -> L
 
 
 def build_self_int8(main: Loaded) -> Loaded:
-    """The main's own decoder with every Linear in int8 (per-channel, dynamic activations).
+    """The main's own decoder with every Linear in int8 (per-channel, dynamic activations) and
+    the tanh approximation of GELU.
 
     Returned as a WhisperForCausalLM so transformers' assisted generation can use it as a
     decoder-only assistant that reads the main's encoder outputs, exactly like a distil model.
@@ -327,6 +328,8 @@ def build_self_int8(main: Loaded) -> Loaded:
     start = time.perf_counter()
     config = copy.deepcopy(main.model.config)
     config.architectures = ["WhisperForCausalLM"]
+    # tanh GELU: an approximation a draft can afford; exact GELU costs 5x more per call on CPU
+    config.activation_function = "gelu_pytorch_tanh"
     draft = WhisperForCausalLM(config).eval()
     draft.model.decoder.load_state_dict(main.model.model.decoder.state_dict())
     draft.proj_out.weight = torch.nn.Parameter(main.model.proj_out.weight.detach().clone())

@@ -204,10 +204,14 @@ def test_join_clips_builds_long_clips_per_language():
     def clip(name: str, lang: str, seconds: float) -> Clip:
         return Clip(name, "read", lang, name, np.ones(int(16_000 * seconds), dtype=np.float32))
 
-    clips = [clip(f"en{i}", "en", 6) for i in range(9)] + [clip("fr0", "fr", 4)]
+    clips = [clip(f"en{i}", "en", 5) for i in range(9)]
+    clips += [clip("long", "en", 50), clip("en9", "en", 6), clip("fr0", "fr", 4)]
     joined = join_clips(clips, min_s=20)
-    assert [c.language for c in joined] == ["en", "en", "fr"]
-    assert joined[0].name == "en0+3" and joined[0].reference == "en0 en1 en2 en3"
-    assert len(joined[0].samples) == 16_000 * 24 + 3 * int(16_000 * 0.3)
-    # The 6 s remainder (en8) is under min_s / 2, so it joins the second clip.
-    assert joined[1].name == "en4+4"
+    assert [c.name for c in joined] == ["en0+3", "en4+4", "long", "en9", "fr0"]
+    assert joined[0].reference == "en0 en1 en2 en3"
+    assert len(joined[0].samples) == 16_000 * 20 + 3 * int(16_000 * 0.3)
+    # en8 (5 s) is under min_s / 2, so it joins the second clip: it still fits in 30 s.
+    assert len(joined[1].samples) == 16_000 * 25 + 4 * int(16_000 * 0.3)
+    # A clip longer than one window stays alone, and nothing is joined past 30 s: en9 is a
+    # short remainder, but the 50 s clip before it is already past a window.
+    assert all(len(c.samples) <= 30 * 16_000 for c in joined if c.name != "long")
