@@ -675,7 +675,15 @@ def build_demo() -> gr.Blocks:
                 english_note = gr.Markdown(main_note, visible=bool(main_note))
                 with gr.Accordion("Advanced", open=False):
                     gamma = gr.Slider(0, 16, value=5, step=1, label="Draft tokens per step (γ)")
-                    schedule = gr.Radio(SCHEDULES, value="adaptive", label="γ schedule")
+                    schedule = gr.Radio(
+                        SCHEDULES,
+                        value="adaptive",
+                        label="γ schedule",
+                        info="adaptive: γ from measured acceptance and costs (Leviathan's "
+                        "formula); with the transformers engine, its own confidence-threshold "
+                        "drafting. "
+                        "heuristic: +2 after a fully accepted draft, -1 otherwise. constant: γ.",
+                    )
                     repeats = gr.Slider(1, 10, value=3, step=1, label="Timed repeats per side")
                     dtype = gr.Dropdown(DTYPES, value="auto", label="dtype")
                     engine = gr.Radio(ENGINES, value="specwhisper", label="Speculative engine")

@@ -331,10 +331,12 @@ def run_clip(
     draft: models.Loaded,
     *,
     peer: bool,
+    peer_gamma: tuple[int, str] | None = None,
     max_new_tokens: int | None = None,
     on_run: Callable[[str], None] = lambda name: None,
 ) -> ClipResult:
-    """Time baseline, speculative (and peer) alternately on one clip; score the transcripts."""
+    """Time baseline, speculative (and peer) alternately on one clip; score the transcripts.
+    `peer_gamma`: the peer's (gamma, schedule) when they differ from ours."""
     opts = compare.decode_options(req, main, clip.language, max_new_tokens)
     features = decoding.prepare_features(main, clip.samples)
 
@@ -353,6 +355,10 @@ def run_clip(
     }
     if peer:
         peer_opts = dataclasses.replace(opts, engine=PEER_ENGINE)
+        if peer_gamma is not None:
+            peer_opts = dataclasses.replace(
+                peer_opts, gamma=peer_gamma[0], gamma_schedule=peer_gamma[1]
+            )
         runs["peer"] = run(
             "peer", lambda: decoding.decode_speculative(main, draft, features, peer_opts)
         )
@@ -642,6 +648,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--engine", default="specwhisper", choices=decoding.ENGINES)
     parser.add_argument("--gamma", type=int, default=5, help="draft tokens per step (start value)")
     parser.add_argument("--gamma-schedule", default="adaptive", choices=decoding.SCHEDULES)
+    parser.add_argument("--peer-gamma", type=int, help="the peer's draft tokens (default: --gamma)")
+    parser.add_argument(
+        "--peer-gamma-schedule",
+        choices=decoding.SCHEDULES,
+        help="the peer's schedule (default: --gamma-schedule); adaptive is transformers' own "
+        "dynamic drafting (confidence threshold 0.4)",
+    )
     parser.add_argument("--dtype", default="auto", help="auto (fp16 on GPU, fp32 on CPU), ...")
     parser.add_argument("--timestamps", action="store_true", help="segment timestamps")
     parser.add_argument("--filter", metavar="REGEX", help="keep clips whose file name matches")
@@ -707,11 +720,20 @@ def run_all(
                 main,
                 draft,
                 peer=args.peer,
+                peer_gamma=peer_gamma(args),
                 max_new_tokens=args.max_new_tokens,
                 on_run=on_run,
             )
             results.append(result)
     return results
+
+
+def peer_gamma(args: argparse.Namespace) -> tuple[int, str]:
+    """The peer's (gamma, schedule): its own flags, else ours."""
+    return (
+        args.gamma if args.peer_gamma is None else args.peer_gamma,
+        args.peer_gamma_schedule or args.gamma_schedule,
+    )
 
 
 def settings_of(
@@ -728,6 +750,8 @@ def settings_of(
         "peer": args.peer,
         "gamma": req.gamma,
         "gamma_schedule": req.gamma_schedule,
+        "peer_gamma": peer_gamma(args)[0] if args.peer else None,
+        "peer_gamma_schedule": peer_gamma(args)[1] if args.peer else None,
         "dtype": str(main.dtype).removeprefix("torch."),
         "repeats": req.repeats,
         "timing": f"median of {req.repeats} after 1 warm-up, alternating order, device synced",
@@ -747,7 +771,12 @@ def print_header(
     clips: list[Clip],
 ) -> None:
     audio_s = sum(len(c.samples) for c in clips) / decoding.SAMPLE_RATE
-    peer = f" (peer: {PEER_ENGINE} assisted generation)" if settings["peer"] else ""
+    peer = (
+        f" (peer: {PEER_ENGINE} assisted generation, gamma {settings['peer_gamma']} "
+        f"{settings['peer_gamma_schedule']})"
+        if settings["peer"]
+        else ""
+    )
     lines = [
         f"[bold]specwhisper bench[/bold]: {settings['main']} + {settings['assistant']}, "
         f"engine {settings['engine']}{peer}",

@@ -863,12 +863,16 @@ def decode_speculative(
         context: Any = contextlib.nullcontext()
     else:
         # transformers reads these from the assistant's generation config, not from generate().
+        # adaptive: its own dynamic drafting (its defaults for assisted generation): up to gamma
+        # tokens, stopping early when the draft's confidence falls under 0.4 (a threshold it
+        # re-tunes as it goes when scikit-learn is installed). heuristic: gamma +2 after a fully
+        # accepted draft, -1 otherwise. constant: always gamma.
         settings = dict(
             num_assistant_tokens=max(opts.gamma, 1),
             num_assistant_tokens_schedule=(
-                "constant" if opts.gamma_schedule == "constant" else "heuristic"
+                "heuristic" if opts.gamma_schedule == "heuristic" else "constant"
             ),
-            assistant_confidence_threshold=None if opts.gamma_schedule == "constant" else 0.4,
+            assistant_confidence_threshold=0.4 if opts.gamma_schedule == "adaptive" else None,
         )
         kwargs["assistant_model"] = draft.model
         drafter = None

@@ -69,15 +69,18 @@ def last_json(stdout: str) -> dict:
 
 
 @pytest.mark.parametrize(
-    ("assistant", "n_clips"),
-    [("tiny-random-b", 2), ("self-int8", 1)],
+    ("assistant", "n_clips", "peer_gamma"),
+    [
+        ("tiny-random-b", 2, []),
+        ("self-int8", 1, ["--peer-gamma", "3", "--peer-gamma-schedule", "constant"]),
+    ],
 )
-def test_cli_on_tiny_models(tiny_models, tmp_path, assistant, n_clips):
+def test_cli_on_tiny_models(tiny_models, tmp_path, assistant, n_clips, peer_gamma):
     manifest = write_manifest(tmp_path / "clips", TINY_CLIPS)
     out = tmp_path / "out"
     args = ["--main", "tiny-random-a", "--assistant", assistant, "--manifest", str(manifest)]
     # A random model rarely ends on its own: cap the tokens to keep the test quick.
-    args += ["--repeats", "1", "--peer", "--out", str(out), "--max-new-tokens", "4"]
+    args += ["--repeats", "1", "--peer", "--out", str(out), "--max-new-tokens", "4", *peer_gamma]
     result = run_cli(tiny_models, *args, "--limit", str(n_clips))
     assert result.returncode == 0, result.stderr[-3000:]
     summary = last_json(result.stdout)
@@ -95,6 +98,9 @@ def test_cli_on_tiny_models(tiny_models, tmp_path, assistant, n_clips):
     assert document["totals"]["speedup"] == summary["speedup"]
     assert {c["language"] for c in document["clips"]} <= {"en", "es"}
     assert all(c["peer"]["identical"] for c in document["clips"])
+    settings = document["settings"]
+    expected = (3, "constant") if peer_gamma else (settings["gamma"], settings["gamma_schedule"])
+    assert (settings["peer_gamma"], settings["peer_gamma_schedule"]) == expected
     assert (out / "speedups.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
