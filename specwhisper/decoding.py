@@ -220,12 +220,14 @@ class _GreedyDrafter:
 class Int8SelfDrafter(_GreedyDrafter):
     """The self-int8 draft run through a lean forward with a preallocated KV cache.
 
-    The same function as the self-int8 WhisperForCausalLM that transformers' assisted loop uses
-    (models.build_self_int8), computed with fewer and cheaper tensor ops: the query, key and value
-    projections are one int8 matmul (per-channel quantization is per output row, so fusing them
-    changes nothing), the packed fbgemm weights are called directly, no transformers cache
-    objects or masks are built, and the main model's cross-attention keys/values (computed once
-    per window by its first pass) are reused instead of recomputed.
+    The same int8 weights, tanh GELU and dynamic activation quantization as the self-int8
+    WhisperForCausalLM that transformers' assisted loop uses (models.build_self_int8), with
+    fewer and cheaper tensor ops: the query, key and value projections are one int8 matmul
+    (per-channel quantization is per output row, so fusing them changes nothing), the packed
+    fbgemm weights are called directly, and no transformers cache objects or masks are built.
+    One difference in what it computes: it reuses the main model's fp32 cross-attention
+    keys/values (computed once per window by the main's first pass) instead of projecting the
+    encoder outputs again through int8 weights.
     """
 
     def __init__(self, draft: Loaded, suppress: torch.Tensor):
@@ -234,8 +236,9 @@ class Int8SelfDrafter(_GreedyDrafter):
         self.max_len = draft.model.config.max_target_positions
         w = self.w
         shape = (len(w.layers), w.n_heads, self.max_len, w.head_dim)
-        self.k = torch.zeros(shape)  # [L, H, T_max, Dh]
-        self.v = torch.zeros(shape)
+        # [L, H, T_max, Dh]; only positions below n are ever read, and each is written first
+        self.k = torch.empty(shape)
+        self.v = torch.empty(shape)
         self.cross: list[tuple[torch.Tensor, torch.Tensor]] = []
         self.n = 0  # tokens whose K/V are in the cache
         self.n_forwards = 0

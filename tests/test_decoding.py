@@ -125,6 +125,48 @@ def test_long_form_is_identical_window_by_window(loaded):
     assert spec.n_windows == base.n_windows
 
 
+def test_lean_self_int8_drafter_computes_the_draft_model(loaded):
+    """Int8SelfDrafter (fused int8 QKV, packed weights, preallocated cache) gives the logits of
+    the self-int8 WhisperForCausalLM it is built from, when both read the same cross-attention
+    keys/values (the main's) and get the same tokens in the same chunks (dynamic int8
+    quantizes each chunk's activations with one scale, so chunking changes the numbers)."""
+    from transformers import DynamicCache, EncoderDecoderCache
+
+    main, drafts = loaded
+    draft = drafts[models.SELF_INT8].model
+    features = decoding.prepare_features(main, _inputs(1)[0])
+    ids = [5, 17, 42, 99, 7, 256, 31, 64, 3]
+    with torch.inference_mode():
+        encoder = main.model.model.encoder(features.input_features).last_hidden_state
+        cache = EncoderDecoderCache(DynamicCache(), DynamicCache())
+        main.model.model.decoder(
+            input_ids=torch.tensor([ids[:1]]), encoder_hidden_states=encoder, past_key_values=cache
+        )
+        drafter = decoding.make_drafter(drafts[models.SELF_INT8], main)
+        drafter.begin(encoder, cache, features.input_features)
+        # The draft model, handed the main's cross-attention keys/values as its own.
+        theirs_cache = EncoderDecoderCache(DynamicCache(), cache.cross_attention_cache)
+
+        def theirs(chunk: list[int]) -> torch.Tensor:
+            out = draft(
+                input_ids=torch.tensor([chunk]),
+                encoder_outputs=encoder,  # needed to run cross-attention; its K/V are cached
+                past_key_values=theirs_cache,
+            )
+            return out.logits[0, -1]
+
+        drafter._forward(ids[:4])
+        theirs(ids[:4])  # a chunk, then one token at a time
+        for t in ids[4:]:
+            ours = drafter._forward([t])
+            torch.testing.assert_close(ours, theirs([t]), rtol=1e-4, atol=1e-4)
+        # Rolled back to 5 tokens, it continues as if the later ones had never been fed.
+        drafter.accept(5)
+        decoding._crop(theirs_cache.self_attention_cache, 5)
+        for t in (77, 12):
+            torch.testing.assert_close(drafter._forward([t]), theirs([t]), rtol=1e-4, atol=1e-4)
+
+
 def test_gamma_schedule_stops_drafting_when_it_does_not_pay():
     schedule = GammaSchedule("adaptive", gamma=5)
     # A draft as slow as the main with half the tokens accepted never pays.
