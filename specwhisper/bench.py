@@ -672,6 +672,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     if args.peer and args.engine == PEER_ENGINE:
         parser.error(f"--peer times {PEER_ENGINE}' assisted generation; use --engine specwhisper")
+    if (args.peer_gamma is not None or args.peer_gamma_schedule) and not args.peer:
+        parser.error("--peer-gamma and --peer-gamma-schedule set the peer: add --peer")
+    if args.peer_gamma is not None and not 1 <= args.peer_gamma <= 64:
+        parser.error("--peer-gamma must be between 1 and 64")
     for name in ("limit", "max_new_tokens"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be at least 1")

@@ -875,7 +875,8 @@ def decode_speculative(
             num_assistant_tokens_schedule=(
                 "heuristic" if opts.gamma_schedule == "heuristic" else "constant"
             ),
-            assistant_confidence_threshold=0.4 if opts.gamma_schedule == "adaptive" else None,
+            # 0.0, not None: transformers fills a None with its default, 0.4
+            assistant_confidence_threshold=0.4 if opts.gamma_schedule == "adaptive" else 0.0,
         )
         kwargs["assistant_model"] = draft.model
         drafter = None

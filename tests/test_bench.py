@@ -72,7 +72,7 @@ def last_json(stdout: str) -> dict:
     ("assistant", "n_clips", "peer_gamma"),
     [
         ("tiny-random-b", 2, []),
-        ("self-int8", 1, ["--peer-gamma", "3", "--peer-gamma-schedule", "constant"]),
+        ("self-int8", 1, ["--peer-gamma", "1", "--peer-gamma-schedule", "constant"]),
     ],
 )
 def test_cli_on_tiny_models(tiny_models, tmp_path, assistant, n_clips, peer_gamma):
@@ -99,8 +99,10 @@ def test_cli_on_tiny_models(tiny_models, tmp_path, assistant, n_clips, peer_gamm
     assert {c["language"] for c in document["clips"]} <= {"en", "es"}
     assert all(c["peer"]["identical"] for c in document["clips"])
     settings = document["settings"]
-    expected = (3, "constant") if peer_gamma else (settings["gamma"], settings["gamma_schedule"])
+    expected = (1, "constant") if peer_gamma else (settings["gamma"], settings["gamma_schedule"])
     assert (settings["peer_gamma"], settings["peer_gamma_schedule"]) == expected
+    if peer_gamma:  # what the peer ran: one draft token per step (ours drafts up to 3 here)
+        assert all(c["peer"]["mean_gamma"] <= 1 for c in document["clips"])
     assert (out / "speedups.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
@@ -153,6 +155,17 @@ def test_bad_input_is_one_line_and_exit_2(
     assert len(lines) == 1 and lines[0].startswith("error: ")
     assert fragment in lines[0]
     assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [["--peer-gamma", "3"], ["--peer", "--peer-gamma", "0"], ["--peer-gamma-schedule", "constant"]],
+)
+def test_peer_gamma_flags_are_checked(flags):
+    from specwhisper.bench import parse_args
+
+    with pytest.raises(SystemExit):
+        parse_args(["--main", "a", "--assistant", "b", "--manifest", "m", *flags])
 
 
 def test_peer_needs_our_engine(tmp_path):

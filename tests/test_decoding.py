@@ -8,6 +8,8 @@ and transformers' assisted generation.
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 import torch
@@ -143,6 +145,8 @@ def test_lean_self_int8_drafter_computes_the_draft_model(loaded):
             input_ids=torch.tensor([ids[:1]]), encoder_hidden_states=encoder, past_key_values=cache
         )
         drafter = decoding.make_drafter(drafts[models.SELF_INT8], main)
+        drafter.k.fill_(math.nan)  # the cache is never read before it is written
+        drafter.v.fill_(math.nan)
         drafter.begin(encoder, cache, features.input_features)
         # The draft model, handed the main's cross-attention keys/values as its own.
         theirs_cache = EncoderDecoderCache(DynamicCache(), cache.cross_attention_cache)
@@ -155,15 +159,20 @@ def test_lean_self_int8_drafter_computes_the_draft_model(loaded):
             )
             return out.logits[0, -1]
 
+        # A chunk, then one token at a time. A chunk's own logits are not compared: the draft
+        # model projects every position (one activation scale for all), ours only the last.
         drafter._forward(ids[:4])
-        theirs(ids[:4])  # a chunk, then one token at a time
+        theirs(ids[:4])
         for t in ids[4:]:
             ours = drafter._forward([t])
             torch.testing.assert_close(ours, theirs([t]), rtol=1e-4, atol=1e-4)
-        # Rolled back to 5 tokens, it continues as if the later ones had never been fed.
+        # Rolled back to 5 tokens, it continues as if the later ones had never been fed: a
+        # chunk after the start (causal mask offset), then single tokens again.
         drafter.accept(5)
         decoding._crop(theirs_cache.self_attention_cache, 5)
-        for t in (77, 12):
+        drafter._forward([77, 12, 8])
+        theirs([77, 12, 8])
+        for t in (40, 2):
             torch.testing.assert_close(drafter._forward([t]), theirs([t]), rtol=1e-4, atol=1e-4)
 
 
