@@ -330,13 +330,12 @@ def run_clip(
     main: models.Loaded,
     draft: models.Loaded,
     *,
-    peer: bool,
-    peer_gamma: tuple[int, str] | None = None,
+    peer: tuple[int, str] | None,
     max_new_tokens: int | None = None,
     on_run: Callable[[str], None] = lambda name: None,
 ) -> ClipResult:
     """Time baseline, speculative (and peer) alternately on one clip; score the transcripts.
-    `peer_gamma`: the peer's (gamma, schedule) when they differ from ours."""
+    `peer`: the peer's (gamma, schedule), or None to time no peer."""
     opts = compare.decode_options(req, main, clip.language, max_new_tokens)
     features = decoding.prepare_features(main, clip.samples)
 
@@ -353,12 +352,10 @@ def run_clip(
             req.engine, lambda: decoding.decode_speculative(main, draft, features, opts)
         ),
     }
-    if peer:
-        peer_opts = dataclasses.replace(opts, engine=PEER_ENGINE)
-        if peer_gamma is not None:
-            peer_opts = dataclasses.replace(
-                peer_opts, gamma=peer_gamma[0], gamma_schedule=peer_gamma[1]
-            )
+    if peer is not None:
+        peer_opts = dataclasses.replace(
+            opts, engine=PEER_ENGINE, gamma=peer[0], gamma_schedule=peer[1]
+        )
         runs["peer"] = run(
             "peer", lambda: decoding.decode_speculative(main, draft, features, peer_opts)
         )
@@ -378,7 +375,7 @@ def run_clip(
         )
 
     ours = comparison("speculative", req.engine)
-    theirs = comparison("peer", PEER_ENGINE) if peer else None
+    theirs = comparison("peer", PEER_ENGINE) if peer is not None else None
     normalize = normalizer(clip.language or ("en" if main.checkpoint.english_only else None), main)
     scored = Scored(
         reference=normalize(clip.reference),
@@ -707,7 +704,8 @@ def run_all(
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
-    n_runs = len(clips) * (3 if args.peer else 2) * (req.repeats + 1)
+    peer = peer_gamma(args)
+    n_runs = len(clips) * (3 if peer else 2) * (req.repeats + 1)
     columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn()]
     results = []
     with Progress(*columns, TimeElapsedColumn(), console=Console(stderr=True)) as progress:
@@ -723,8 +721,7 @@ def run_all(
                 req,
                 main,
                 draft,
-                peer=args.peer,
-                peer_gamma=peer_gamma(args),
+                peer=peer,
                 max_new_tokens=args.max_new_tokens,
                 on_run=on_run,
             )
@@ -732,8 +729,10 @@ def run_all(
     return results
 
 
-def peer_gamma(args: argparse.Namespace) -> tuple[int, str]:
-    """The peer's (gamma, schedule): its own flags, else ours."""
+def peer_gamma(args: argparse.Namespace) -> tuple[int, str] | None:
+    """The peer's (gamma, schedule): its own flags, else ours; None without --peer."""
+    if not args.peer:
+        return None
     return (
         args.gamma if args.peer_gamma is None else args.peer_gamma,
         args.peer_gamma_schedule or args.gamma_schedule,
@@ -747,6 +746,7 @@ def settings_of(
     draft: models.Loaded,
     load_s: float,
 ) -> dict[str, Any]:
+    peer = peer_gamma(args)
     return {
         "main": main.checkpoint.label,
         "assistant": draft.checkpoint.label,
@@ -754,8 +754,8 @@ def settings_of(
         "peer": args.peer,
         "gamma": req.gamma,
         "gamma_schedule": req.gamma_schedule,
-        "peer_gamma": peer_gamma(args)[0] if args.peer else None,
-        "peer_gamma_schedule": peer_gamma(args)[1] if args.peer else None,
+        "peer_gamma": peer[0] if peer else None,
+        "peer_gamma_schedule": peer[1] if peer else None,
         "dtype": str(main.dtype).removeprefix("torch."),
         "repeats": req.repeats,
         "timing": f"median of {req.repeats} after 1 warm-up, alternating order, device synced",
