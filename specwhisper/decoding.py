@@ -683,16 +683,17 @@ def _process(processors: list[Any], prefix: torch.Tensor, logits: torch.Tensor) 
         SuppressTokensLogitsProcessor,
     )
 
-    n, length = logits.shape[0], prefix.shape[1]
+    n = logits.shape[0]
+    first = prefix.shape[1] - n + 1  # prefix length seen by row 0
     for p in processors:
         if type(p) is SuppressTokensLogitsProcessor:
             logits = p(prefix, logits)
             continue
         rows = range(n)
         if type(p) is SuppressTokensAtBeginLogitsProcessor:
-            rows = [i for i in rows if length - n + 1 + i == p.begin_index]
+            rows = [i for i in rows if first + i == p.begin_index]
         for i in rows:
-            logits[i] = p(prefix[:, : length - n + 1 + i], logits[i : i + 1])[0]
+            logits[i] = p(prefix[:, : first + i], logits[i : i + 1])[0]
     return logits
 
 
