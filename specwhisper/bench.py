@@ -59,7 +59,7 @@ class BenchError(ValueError):
 class Clip:
     """One manifest row picked for the run, with its audio decoded."""
 
-    name: str  # file as written in the manifest (relative to it)
+    name: str  # file as written in the manifest (relative to it, or absolute)
     category: str  # the manifest's category column, "" when absent
     language: str | None  # Whisper code given to the main; None: auto-detect
     reference: str
@@ -226,7 +226,7 @@ def select_clips(
         raise BenchError(str(e)) from None
     path = Path(manifest)
     path = path / examples.MANIFEST_NAME if path.is_dir() else path
-    names = {ex.path: ex.path.relative_to(path.parent).as_posix() for ex in rows}
+    names = {ex.path: _name(ex.path, path.parent) for ex in rows}
     if category is not None and not any(ex.category for ex in rows):
         raise BenchError(f"--category needs a category column; {path} has none.")
     if pattern is not None:
@@ -242,6 +242,13 @@ def select_clips(
     if not rows:
         raise BenchError(f"No clip in {path} matches --filter/--category.")
     return [_clip(ex, names[ex.path], ex.category, language) for ex in rows]
+
+
+def _name(clip: Path, folder: Path) -> str:
+    """The file as the manifest wrote it: relative to the manifest's folder, or absolute."""
+    # Relative rows are folder / row, so relative_to gives the row back (even with a "../");
+    # an absolute row replaced the folder and is not under it.
+    return clip.relative_to(folder).as_posix() if clip.is_relative_to(folder) else clip.as_posix()
 
 
 def _clip(ex: Example, name: str, category: str, language: str) -> Clip:

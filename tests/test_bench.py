@@ -234,3 +234,21 @@ def test_join_clips_builds_long_clips_per_language():
     # A clip longer than one window stays alone, and nothing is joined past 30 s: en9 is a
     # short remainder, but the 50 s clip before it is already past a window.
     assert all(len(c.samples) <= 30 * 16_000 for c in joined if c.name != "long")
+
+
+def test_select_clips_takes_absolute_paths_and_paths_outside_the_manifest_folder(tmp_path):
+    """Bug 6: many real manifests list absolute paths, or files beside the manifest's folder."""
+    clips = write_manifest(tmp_path / "clips", TINY_CLIPS).parent
+    by_name = {ex.path.name: ex for ex in examples.read_manifest(ROOT / "examples")}
+    absolute = (clips / TINY_CLIPS[0]).resolve()
+    rows = [(str(absolute), "en"), (f"../clips/{TINY_CLIPS[1]}", "es")]
+    manifest = tmp_path / "lists" / "manifest.tsv"
+    manifest.parent.mkdir()
+    lines = ["file\tlanguage\treference"]
+    lines += [f"{f}\t{lang}\t{by_name[Path(f).name].reference}" for f, lang in rows]
+    manifest.write_text("\n".join(lines) + "\n", encoding="utf-8")
+
+    selected = bench.select_clips(manifest)
+    assert [c.name for c in selected] == [absolute.as_posix(), f"../clips/{TINY_CLIPS[1]}"]
+    assert [c.language for c in selected] == ["en", "es"]
+    assert bench.select_clips(manifest, pattern="^/")[0].name == absolute.as_posix()
