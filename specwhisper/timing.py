@@ -41,10 +41,6 @@ class Timings:
     def median_s(self) -> float:
         return statistics.median(self.times_s)
 
-    @property
-    def spread_s(self) -> float:
-        return max(self.times_s) - min(self.times_s)
-
 
 def alternate(
     runs: dict[str, Callable[[], Any]],
