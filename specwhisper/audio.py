@@ -1,6 +1,9 @@
 """Audio in: decode, check and resample a file or array to float32 mono 16 kHz.
 
-Decoding goes through PyAV (FFmpeg), so WAV, FLAC, MP3, OGG, M4A and WEBM all work. Every
+Lossless files (PCM or float WAV, FLAC, AIFF, ...: whatever libsndfile reads without a lossy
+codec) are read with soundfile, which knows their exact length from the header and converts
+every sample width (8 to 32-bit integer, float, double) to float itself. Everything else (MP3,
+Vorbis or Opus in OGG/WEBM, AAC in M4A) is decoded by PyAV (FFmpeg). Every
 problem with the user's input is raised as `AudioError` with one sentence a person can act
 on; harmless oddities (resampling, downmixing, clipping) come back as `Audio.notes`.
 
@@ -19,6 +22,7 @@ from pathlib import Path
 
 import av
 import numpy as np
+import soundfile as sf
 
 SAMPLE_RATE = 16_000
 MIN_SOURCE_RATE = 1_000
@@ -38,6 +42,8 @@ DEFAULT_MAX_FILE_MB = 50.0
 BYTES_PER_MB = 1_000_000
 
 SUPPORTED_FORMATS = "WAV, FLAC, MP3, OGG, M4A and WEBM"
+# libsndfile subtypes that store the samples themselves; lossy codecs are left to FFmpeg.
+LOSSLESS_SUBTYPES = ("PCM_", "FLOAT", "DOUBLE", "FLAC", "ALAC_")  # name prefixes
 
 
 class AudioError(ValueError):
@@ -90,6 +96,10 @@ def load_audio(path: str | os.PathLike | None, limits: AudioLimits | None = None
     """
     limits = limits or AudioLimits.from_env(on_gpu=False)
     path = _check_file(path, limits)
+    lossless = _open_lossless(path)
+    if lossless is not None:
+        with lossless:
+            return _read_lossless(lossless, path, limits)
     try:
         with av.open(str(path), metadata_errors="ignore") as container:
             if not container.streams.audio:
@@ -110,6 +120,36 @@ def load_audio(path: str | os.PathLike | None, limits: AudioLimits | None = None
         raise
     except av.FFmpegError as error:
         raise AudioError(_unreadable_message(path)) from error
+
+
+def _open_lossless(path: Path) -> sf.SoundFile | None:
+    """The file opened by soundfile if it holds lossless samples; None if PyAV should read it."""
+    try:
+        file = sf.SoundFile(path)
+    except (sf.SoundFileError, RuntimeError):  # not a format libsndfile knows (or damaged)
+        return None
+    if file.subtype.startswith(LOSSLESS_SUBTYPES):
+        return file
+    file.close()
+    return None
+
+
+def _read_lossless(file: sf.SoundFile, path: Path, limits: AudioLimits) -> Audio:
+    rate, n_channels = file.samplerate, file.channels
+    _check_format(rate, n_channels)
+    duration_s = file.frames / rate  # exact for these formats: too long is known unread
+    if duration_s > limits.max_duration_s:
+        raise AudioError(_too_long_message(duration_s, limits))
+
+    def blocks() -> Iterator[np.ndarray]:
+        """One-second float32 [channels, n] blocks, as `_decode_blocks` gives them."""
+        try:
+            while len(block := file.read(rate, dtype="float32", always_2d=True)):  # [n, ch]
+                yield np.ascontiguousarray(block.T)
+        except (sf.SoundFileError, RuntimeError) as error:
+            raise AudioError(_unreadable_message(path)) from error
+
+    return _to_audio(blocks(), rate, n_channels, limits, duration_hint_s=duration_s)
 
 
 def load_array(samples: np.ndarray, rate: int, limits: AudioLimits | None = None) -> Audio:

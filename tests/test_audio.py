@@ -12,6 +12,7 @@ from pathlib import Path
 import av
 import numpy as np
 import pytest
+import soundfile as sf
 
 from specwhisper.audio import (
     ENV_MAX_AUDIO_S,
@@ -46,12 +47,9 @@ def write_wav(path: Path, samples: np.ndarray, rate: int) -> Path:
 
 
 def write_float_wav(path: Path, samples: np.ndarray, rate: int) -> Path:
-    """Mono 32-bit float WAV (WAVE_FORMAT_IEEE_FLOAT), which the stdlib cannot write."""
-    data = samples.astype("<f4").tobytes()
-    fmt = struct.pack("<HHIIHH", 3, 1, rate, rate * 4, 4, 32)
-    body = b"WAVE" + b"fmt " + struct.pack("<I", len(fmt)) + fmt
-    body += b"data" + struct.pack("<I", len(data)) + data
-    path.write_bytes(b"RIFF" + struct.pack("<I", len(body)) + body)
+    """Mono 32-bit float WAV (WAVE_FORMAT_IEEE_FLOAT), which the stdlib cannot write; values
+    past full scale, NaN and infinity are stored as they are."""
+    sf.write(path, samples.astype(np.float32), rate, subtype="FLOAT")
     return path
 
 
@@ -274,6 +272,21 @@ def test_multichannel_is_mixed_down(tmp_path, n_channels):
     assert audio.n_channels == n_channels
     assert audio.notes == (f"Mixed {n_channels} channels down to mono.",)
     np.testing.assert_allclose(audio.samples, tone(1.0, 16_000), atol=1e-3)
+
+
+@pytest.mark.parametrize(
+    ("suffix", "subtype"), [("wav", "PCM_24"), ("flac", "PCM_24"), ("wav", "DOUBLE")]
+)
+def test_lossless_files_keep_their_precision(tmp_path, suffix, subtype):
+    """24-bit and double samples come back at that precision, not rounded to 16 bits."""
+    detail = 1e-5 * np.sin(np.arange(16_000, dtype=np.float32))  # under one 16-bit step
+    samples = tone(1.0, 16_000) + detail
+    path = tmp_path / f"wide.{suffix}"
+    sf.write(path, samples, 16_000, subtype=subtype)
+    audio = load_audio(path)
+    assert_audio(audio, 1.0)
+    assert (audio.source_rate, audio.n_channels, audio.notes) == (16_000, 1, ())
+    np.testing.assert_allclose(audio.samples, samples, rtol=0, atol=2**-22)
 
 
 @pytest.mark.parametrize(
