@@ -21,7 +21,7 @@ import threading
 from collections import deque
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 import gradio as gr
 import numpy as np
@@ -55,7 +55,6 @@ GENERIC_ERROR = (
     "Something went wrong while comparing; the details are in the server log. "
     "Try again, or try another clip or checkpoint pair."
 )
-MAX_STEP_ROWS = 300  # the per-step table stops here; the coloured transcript shows every token
 CONTEXT_TOKENS = 8  # tokens shown on each side of a divergence
 
 HEADER = """
@@ -65,19 +64,26 @@ HEADER = """
 The assistant drafts γ tokens ahead; the main model checks all of them in a single forward pass,
 keeps the longest prefix it agrees with and adds one token of its own: a correction where the
 draft went wrong, or a bonus when the whole draft was right. Every kept token is one the main
-model would have picked itself, so the greedy output is unchanged, token for token; only the
-number of slow main passes drops. The demo runs at **batch size 1**, one person waiting for one
+model would have picked itself, so the greedy output is unchanged, token for token (in float32;
+in half precision a near-tie can round the other way, and the page says so); only the number of
+slow main passes drops. The demo runs at **batch size 1**, one person waiting for one
 transcript: there each main pass is bound by reading the weights, not by arithmetic, so checking
 γ + 1 tokens costs about as much as producing one. Pick a clip, press **Compare**, and see both
 transcripts, both timings and which tokens the assistant got right.
 """
 
-# Token origins in the draft-token view: (background, legend label).
+# Token origins in the draft-token view: (colour, legend label).
 ORIGINS = {
-    "draft": ("rgba(34, 197, 94, 0.30)", "accepted draft token"),
-    "correction": ("rgba(239, 68, 68, 0.30)", "main model: correction after a rejection"),
-    "bonus": ("rgba(59, 130, 246, 0.30)", "main model: bonus after a fully accepted draft"),
-    "main": ("rgba(148, 163, 184, 0.30)", "main model: first token, or a step without a draft"),
+    "draft": ("#22c55e", "accepted draft token"),
+    "correction": ("#ef4444", "main model: correction after a rejection"),
+    "bonus": ("#3b82f6", "main model: bonus after a fully accepted draft"),
+    "main": ("#94a3b8", "main model: first token, or a step without a draft"),
+}
+# Why the main model added a step's last token, for the step table.
+STEP_KINDS = {
+    "main": "no draft this step (the first token of a window, or drafting paused)",
+    "correction": "correction: the main disagreed with the first rejected draft token",
+    "bonus": "bonus: every draft token was accepted",
 }
 _SPECIAL_TOKEN = re.compile(r"<\|[^|]*\|>")
 
@@ -100,87 +106,103 @@ def run_compare(
     engine: str = "specwhisper",
     progress: gr.Progress = gr.Progress(),  # noqa: B008 - gradio's way to ask for a progress bar
 ) -> dict[str, Any]:
-    """The public `compare` endpoint: transcribe `audio` with `main` alone and with `assistant`
-    drafting for it. Returns Comparison.to_dict() plus `audio_notes`; raises gr.Error with a
-    sentence a person can act on."""
-    result, _ = _compare(
-        audio, language, task, main, assistant, gamma, gamma_schedule, repeats, dtype,
-        timestamps, engine, progress,
-    )  # fmt: skip
-    return result
+    """Transcribe an audio file with Whisper alone (greedy) and with an assistant model drafting
+    tokens for it (speculative decoding), and compare the two runs: transcripts, token ids,
+    timings and whether the outputs are identical.
+
+    Args:
+        audio: the audio file (WAV, FLAC, MP3, OGG, M4A or WEBM).
+        language: "auto", a Whisper language code ("fr") or its English name ("French").
+        task: "transcribe", or "translate" (into English).
+        main: the main checkpoint: a listed Hub id or a local folder name ("whisper-base").
+        assistant: the assistant checkpoint (same tokenizer as the main), or "self-int8".
+        gamma: draft tokens per step, 0 to 64 (the start value for the adaptive schedule).
+        gamma_schedule: "adaptive", "constant" or "heuristic".
+        repeats: timed repeats per side after one warm-up, 1 to 20.
+        dtype: "auto" (float16 on GPU, float32 on CPU), "float32", "float16" or "bfloat16".
+        timestamps: segment timestamps in both runs.
+        engine: "specwhisper" (our speculative loop) or "transformers" (assisted generation).
+    Returns:
+        JSON with `baseline` and `speculative` (text, token ids, time, speed), `identical`,
+        `first_divergence`, `speedup`, the pair, device, dtype and notes about the audio.
+    """
+    req = _request(
+        main=main,
+        assistant=assistant,
+        language=language,
+        task=task,
+        gamma=gamma,
+        gamma_schedule=gamma_schedule,
+        repeats=repeats,
+        dtype=dtype,
+        timestamps=timestamps,
+        engine=engine,
+    )
+    return _compare(audio, req, progress).result
 
 
 def on_compare(
     audio: str | None,
-    language: str,
-    task: str,
-    main: str,
-    assistant: str,
-    gamma: int,
-    gamma_schedule: str,
-    repeats: int,
-    dtype: str,
-    timestamps: bool,
-    engine: str,
     progress: gr.Progress = gr.Progress(),  # noqa: B008
+    **settings: Any,
 ) -> tuple[Any, ...]:
-    """The Compare button: the same run as the API, drawn into the page."""
-    result, pieces = _compare(
-        audio, language, task, main, assistant, gamma, gamma_schedule, repeats, dtype,
-        timestamps, engine, progress,
-    )  # fmt: skip
+    """The Compare button: the API's run, drawn into the page. `settings` are the page's fields
+    by CompareRequest name (gradio's inputs_kwargs)."""
+    run = _compare(audio, _request(**settings), progress)
+    result, pieces = run.result, run.pieces
     for note in result["audio_notes"]:
         gr.Warning(note)
     return (
         render_verdict(result, pieces),
         render_side(result, "baseline"),
         render_side(result, "speculative"),
-        render_draft_tokens(result, pieces),
+        draft_tokens(result, pieces),
+        steps_frame(result, pieces),
         markdown_table(result),
         write_json(result),
         timings_frame(result),
     )
 
 
-def _compare(
-    audio: str | None,
-    language: str,
-    task: str,
-    main: str,
-    assistant: str,
-    gamma: int,
-    gamma_schedule: str,
-    repeats: int,
-    dtype: str,
-    timestamps: bool,
-    engine: str,
-    progress: gr.Progress | None,
-) -> tuple[dict[str, Any], dict[int, str]]:
-    """Check the request, read the audio, run the comparison: (API dict, text of each token)."""
+class Run(NamedTuple):
+    """One comparison as the handlers see it."""
+
+    result: dict[str, Any]  # the `compare` API's JSON
+    pieces: dict[int, str]  # the text of every token id in it
+
+
+def _request(**settings: Any) -> CompareRequest:
+    """The page's or the API's settings as a CompareRequest. Gradio hands numbers over as
+    floats or strings and cleared fields as None; those become defaults or a sentence."""
     with _person_errors():
         try:
-            gamma, repeats = int(gamma), int(repeats)
+            gamma, repeats = int(settings["gamma"]), int(settings["repeats"])
         except (TypeError, ValueError):
             raise CompareError("Draft tokens (gamma) and repeats must be whole numbers.") from None
-        req = CompareRequest(
-            main=main or "",
-            assistant=assistant or "",
-            language=language or "auto",
-            task=task or "transcribe",
+        return CompareRequest(
+            main=settings["main"] or "",
+            assistant=settings["assistant"] or "",
+            language=settings["language"] or "auto",
+            task=settings["task"] or "transcribe",
             gamma=gamma,
-            gamma_schedule=gamma_schedule or "adaptive",
+            gamma_schedule=settings["gamma_schedule"] or "adaptive",
             repeats=repeats,
-            dtype=dtype or "auto",
-            timestamps=bool(timestamps),
-            engine=engine or "specwhisper",
+            dtype=settings["dtype"] or "auto",
+            timestamps=bool(settings["timestamps"]),
+            engine=settings["engine"] or "specwhisper",
         )
+
+
+def _compare(audio: str | None, req: CompareRequest, progress: gr.Progress | None) -> Run:
+    """Check the request, read the audio, run the comparison."""
+    with _person_errors():
         compare.check_request(req)  # a wrong checkpoint or language is reported before decoding
         if progress is not None:
             progress(0.0, desc="Reading the audio")
         clip = load_audio(audio, AudioLimits.from_env(on_gpu=torch.cuda.is_available()))
         result, pieces = _on_device(clip.samples, req, progress)
         result["audio_notes"] = list(clip.notes)
-        return result, pieces
+        return Run(result, pieces)
 
 
 @contextlib.contextmanager
@@ -346,16 +368,31 @@ def render_verdict(result: Mapping[str, Any], pieces: Mapping[int, str]) -> str:
         ]
     )
     notes = "".join(f"<li>{html.escape(n)}</li>" for n in result.get("audio_notes", []))
+    precision = precision_note(result["dtype"])
     return (
         '<div style="padding: 12px 0">'
         f'<div style="font-size: 1.05em; margin-bottom: 10px">{same}</div>'
-        '<div style="display: flex; flex-wrap: wrap; align-items: baseline; gap: 4px 16px">'
+        + (f'<div style="margin-bottom: 10px">{html.escape(precision)}</div>' if precision else "")
+        + '<div style="display: flex; flex-wrap: wrap; align-items: baseline; gap: 4px 16px">'
         f'<span style="font-size: 2.6em; font-weight: 800">{speedup:.2f}×</span>'
         f'<span style="font-size: 1.2em">{faster}</span></div>'
         f'<div style="opacity: 0.85">{predicted}</div>'
         f'<div style="opacity: 0.7; margin-top: 6px; font-size: 0.9em">{setup}</div>'
         + (f'<ul style="margin-top: 6px">{notes}</ul>' if notes else "")
         + "</div>"
+    )
+
+
+def precision_note(dtype: str) -> str:
+    """What half precision means for "token for token" (empty in float32)."""
+    if dtype == "float32":
+        return ""
+    return (
+        f"Run in {dtype}: half precision can change a token. The speculative side checks γ + 1 "
+        "tokens in one pass of the main model, and a matrix product over γ + 1 rows rounds "
+        "differently from the baseline's one-row steps, so where two tokens are nearly tied "
+        "the other one can win. In float32 the outputs are the same token for token; in half "
+        "precision a MISMATCH shows where they part."
     )
 
 
@@ -376,8 +413,8 @@ def render_mismatch(result: Mapping[str, Any], pieces: Mapping[int, str]) -> str
         '<div style="border: 2px solid #dc2626; border-radius: 8px; padding: 10px">'
         f"{_badge('MISMATCH', '#dc2626')} The outputs differ from token {at} on "
         f"({len(base_ids)} baseline tokens, {len(spec_ids)} speculative). Greedy speculative "
-        "decoding should reproduce the baseline exactly; in half precision, verifying several "
-        "tokens in one pass can round differently and flip a near-tie."
+        "decoding reproduces the baseline exactly in float32; in half precision, verifying "
+        "several tokens in one pass can round differently and flip a near-tie."
         f'<div style="margin-top: 8px; font-family: monospace">{"".join(lines)}</div></div>'
     )
 
@@ -431,13 +468,10 @@ def render_side(result: Mapping[str, Any], side: str) -> str:
 
 def token_origins(token_ids: list[int], steps: list[Mapping[str, Any]]) -> list[tuple[int, str]]:
     """(token id, origin) for each token of the speculative output, origin being one of
-    ORIGINS. Steps are laid over the tokens in order; tokens no step explains (the prompt, the
-    first token of each window) come from the main model."""
-    blocks = [
-        [(t, "draft") for t in step["drafted"][: step["n_accepted"]]]
-        + [(step["main_token"], _main_token_kind(step))]
-        for step in steps
-    ]
+    ORIGINS. The steps are laid over the tokens in order: each adds its accepted draft tokens,
+    then the main model's own token unless the step ended inside its draft (`main_token` None,
+    on end-of-text or the length limit). Tokens no step explains come from the main model."""
+    blocks = [block for block in map(_step_origins, steps) if block]
     out: list[tuple[int, str]] = []
     i = b = 0
     while i < len(token_ids):
@@ -445,7 +479,7 @@ def token_origins(token_ids: list[int], steps: list[Mapping[str, Any]]) -> list[
         n = 0
         while n < len(block) and i + n < len(token_ids) and token_ids[i + n] == block[n][0]:
             n += 1
-        if n:  # a step may stop early at end of text, so a matching prefix is enough
+        if n:  # the output leaves out end-of-text, so a matching prefix of a step is enough
             out.extend(block[:n])
             i, b = i + n, b + 1
         else:
@@ -454,54 +488,57 @@ def token_origins(token_ids: list[int], steps: list[Mapping[str, Any]]) -> list[
     return out
 
 
-def render_draft_tokens(result: Mapping[str, Any], pieces: Mapping[int, str]) -> str:
-    """The speculative transcript coloured by where each token came from, and the step table."""
+def _step_origins(step: Mapping[str, Any]) -> list[tuple[int, str]]:
+    """The tokens a step added, each with its origin."""
+    tokens = [(t, "draft") for t in step["drafted"][: step["n_accepted"]]]
+    if step["main_token"] is not None:
+        tokens.append((step["main_token"], _main_token_kind(step)))
+    return tokens
+
+
+def draft_tokens(
+    result: Mapping[str, Any], pieces: Mapping[int, str]
+) -> list[tuple[str, str | None]]:
+    """The speculative transcript token by token, each labelled with its origin (the legend of
+    gr.HighlightedText). Prompt, end-of-text and timestamp tokens are left out."""
     spec = result["speculative"]
-    steps = spec["steps"]
-    if not steps:
-        return "<p>No speculative steps were recorded (the assistant never drafted).</p>"
-    spans = []
-    for i, (token, origin) in enumerate(token_origins(spec["token_ids"], steps)):
-        piece = pieces.get(token, f"⟨{token}⟩")
-        if _is_special(piece):
-            continue  # prompt, end of text and timestamps: not part of the transcript
-        title = f"token {i} (id {token}): {ORIGINS[origin][1]}"
-        spans.append(
-            f'<span title="{html.escape(title)}" style="background: {ORIGINS[origin][0]}; '
-            f'border-radius: 3px; padding: 1px 0">{html.escape(piece)}</span>'
-        )
-    legend = " ".join(
-        f'<span style="background: {color}; border-radius: 3px; padding: 1px 6px; '
-        f'margin-right: 6px">{label}</span>'
-        for color, label in ORIGINS.values()
-    )
+    if not spec["steps"]:
+        return [("No speculative steps were recorded (the assistant never drafted).", None)]
+    return [
+        (piece, ORIGINS[origin][1])
+        for token, origin in token_origins(spec["token_ids"], spec["steps"])
+        if not _is_special(piece := pieces.get(token, f"⟨{token}⟩"))
+    ]
+
+
+STEP_COLUMNS = ["Step", "Accepted", "Accepted draft", "Rejected draft", "Main token", "Why"]
+
+
+def steps_frame(result: Mapping[str, Any], pieces: Mapping[int, str]) -> pd.DataFrame:
+    """One row per speculative step: what was drafted, what the main model kept, its own token
+    and why it added it. Tokens are quoted, so their spaces show."""
+
+    def quoted(ids: Iterable[int]) -> str:
+        return " ".join(json.dumps(pieces.get(t, f"⟨{t}⟩"), ensure_ascii=False) for t in ids)
+
     rows = []
-    for n, step in enumerate(steps[:MAX_STEP_ROWS], start=1):
-        drafted, n_acc = step["drafted"], step["n_accepted"]
-        cells = [
-            _token_chip(t, pieces, "draft" if j < n_acc else None) for j, t in enumerate(drafted)
-        ]
-        kind = _main_token_kind(step)
+    for n, step in enumerate(result["speculative"]["steps"], start=1):
+        drafted, n_accepted, token = step["drafted"], step["n_accepted"], step["main_token"]
+        if token is None:
+            why = "none: the step ended inside its draft (end of text or the length limit)"
+        else:
+            why = STEP_KINDS[_main_token_kind(step)]
         rows.append(
-            f'<tr><td style="padding: 2px 8px">{n}</td>'
-            f'<td style="padding: 2px 8px">{" ".join(cells) or "—"}</td>'
-            f'<td style="padding: 2px 8px">{n_acc}/{len(drafted)}</td>'
-            f'<td style="padding: 2px 8px">{_token_chip(step["main_token"], pieces, kind)} '
-            f'<span style="opacity: 0.7">{kind}</span></td></tr>'
+            [
+                n,
+                f"{n_accepted}/{len(drafted)}",
+                quoted(drafted[:n_accepted]),
+                quoted(drafted[n_accepted:]),
+                "" if token is None else quoted([token]),
+                why,
+            ]
         )
-    more = len(steps) - MAX_STEP_ROWS
-    if more > 0:
-        rows.append(f'<tr><td colspan="4" style="padding: 2px 8px">… {more} more steps</td></tr>')
-    head = "".join(
-        f'<th style="text-align: left; padding: 2px 8px">{h}</th>'
-        for h in ("Step", "Drafted (rejected struck out)", "Accepted", "Main token")
-    )
-    return (
-        f'<div style="margin-bottom: 8px; font-size: 0.9em">{legend}</div>'
-        f'<p style="font-size: 1.1em; line-height: 1.9; white-space: pre-wrap">{"".join(spans)}</p>'
-        '<div style="overflow-x: auto"><table style="border-collapse: collapse; font-size: 0.9em">'
-        f"<thead><tr>{head}</tr></thead><tbody>{''.join(rows)}</tbody></table></div>"
-    )
+    return pd.DataFrame(rows, columns=STEP_COLUMNS)
 
 
 def markdown_table(result: Mapping[str, Any]) -> str:
@@ -589,18 +626,6 @@ def _text(ids: Iterable[int], pieces: Mapping[int, str]) -> str:
     return "".join(p for p in (pieces.get(i, f"⟨{i}⟩") for i in ids) if not _is_special(p))
 
 
-def _token_chip(token: int, pieces: Mapping[int, str], origin: str | None) -> str:
-    """One token for the step table; origin None marks a rejected draft token."""
-    piece = pieces.get(token, f"⟨{token}⟩")
-    text = html.escape(repr(piece)[1:-1])  # a newline shows as \\n
-    style = "border-radius: 3px; padding: 0 3px; font-family: monospace; "
-    if origin is None:
-        style += "text-decoration: line-through; opacity: 0.6"
-    else:
-        style += f"background: {ORIGINS[origin][0]}"
-    return f'<span title="id {token}" style="{style}">{text}</span>'
-
-
 def _badge(text: str, color: str) -> str:
     return (
         f'<span style="background: {color}; color: white; font-weight: 800; padding: 3px 10px; '
@@ -621,16 +646,17 @@ def build_demo() -> gr.Blocks:
     examples = _examples()
 
     notice = ""
+    folder = shown_path(models.models_dir())
     if not mains:
         notice = (
             "**No checkpoints are available.** The Hugging Face Hub is not used (offline mode) "
-            f"and the models folder `{models.models_dir()}` holds no Whisper checkpoint. "
+            f"and the models folder {folder} holds no Whisper checkpoint. "
             "Prepare local weights with `python -m specwhisper.offline`, then restart the app."
         )
     elif offline:
         notice = (
             "**Offline mode:** the Hugging Face Hub is not used, so only the checkpoints in "
-            f"`{models.models_dir()}` are listed."
+            f"the models folder {folder} are listed."
         )
 
     with gr.Blocks(title="specwhisper", delete_cache=(1800, 3600)) as demo:
@@ -685,7 +711,13 @@ def build_demo() -> gr.Blocks:
                         "heuristic: +2 after a fully accepted draft, -1 otherwise. constant: γ.",
                     )
                     repeats = gr.Slider(1, 10, value=3, step=1, label="Timed repeats per side")
-                    dtype = gr.Dropdown(DTYPES, value="auto", label="dtype")
+                    dtype = gr.Dropdown(
+                        DTYPES,
+                        value="auto",
+                        label="dtype",
+                        info="auto: float16 on GPU, float32 on CPU. Half precision can change "
+                        "a token (verifying γ + 1 tokens at once rounds differently).",
+                    )
                     engine = gr.Radio(ENGINES, value="specwhisper", label="Speculative engine")
                     timestamps = gr.Checkbox(False, label="Timestamps (segments in both columns)")
                 run = gr.Button("Compare", variant="primary", size="lg", interactive=bool(mains))
@@ -706,7 +738,19 @@ def build_demo() -> gr.Blocks:
             with gr.Column(min_width=300):
                 speculative_html = gr.HTML()
         with gr.Accordion("Draft-token view: who produced each token", open=True):
-            draft_html = gr.HTML()
+            origins = gr.HighlightedText(
+                label="Speculative transcript, token by token",
+                color_map={label: color for color, label in ORIGINS.values()},
+                show_legend=True,
+                show_inline_category=False,
+            )
+            steps = gr.Dataframe(
+                headers=STEP_COLUMNS,
+                label="Steps: what the assistant drafted and what the main model kept",
+                interactive=False,
+                wrap=True,
+                max_height=420,
+            )
         with gr.Accordion("Results for bloggers", open=False):
             with gr.Row(equal_height=False):
                 with gr.Column(min_width=300):
@@ -754,11 +798,14 @@ def build_demo() -> gr.Blocks:
             concurrency_limit=1,
             concurrency_id="compare",
         )
+        form = dict(language=language, task=task, main=main_box, assistant=assistant_box)
+        form |= dict(gamma=gamma, gamma_schedule=schedule, repeats=repeats, dtype=dtype)
+        form |= dict(timestamps=timestamps, engine=engine)
         run.click(
             on_compare,
-            [audio, language, task, main_box, assistant_box]
-            + [gamma, schedule, repeats, dtype, timestamps, engine],
-            [verdict, baseline_html, speculative_html, draft_html, table_md, json_file, plot],
+            [audio],
+            [verdict, baseline_html, speculative_html, origins, steps, table_md, json_file, plot],
+            inputs_kwargs=form,
             api_visibility="private",
             concurrency_limit=1,
             concurrency_id="compare",
@@ -772,6 +819,15 @@ def build_demo() -> gr.Blocks:
         audio.change(reference_for, audio, reference, api_visibility="private")
     demo.queue(max_size=32, default_concurrency_limit=4)
     return demo
+
+
+def shown_path(folder: Path) -> str:
+    """A folder as the page may show it: relative to the app, never the server's absolute
+    path; a folder elsewhere is named by its setting (SPECWHISPER_MODELS) and its last part."""
+    folder = Path(folder).resolve()
+    if folder.is_relative_to(HERE):
+        return f"`./{folder.relative_to(HERE).as_posix()}`"
+    return f"`…/{folder.name}` (set by SPECWHISPER_MODELS)"
 
 
 def _example_label(example: Example) -> str:

@@ -33,10 +33,10 @@ def synthetic_result(**changes) -> dict:
     """A compare result as the API returns it, small enough to read."""
     base = {
         "text": "ask not what",
-        "token_ids": [50, 1, 2, 3, 51],
+        "token_ids": [1, 2, 3],  # generated tokens: no prompt, no end-of-text
         "time_s": 2.0,
         "times_s": [2.1, 2.0, 1.9],
-        "n_tokens": 4,
+        "n_tokens": 3,
         "tokens_per_s": 2.0,
         "n_main_forwards": 5,
         "n_windows": 1,
@@ -48,12 +48,16 @@ def synthetic_result(**changes) -> dict:
         "tokens_per_s": 4.0,
         "n_main_forwards": 2,
         "engine": "specwhisper",
-        "acceptance_rate": 0.75,
-        "tokens_per_main_forward": 2.0,
-        "n_draft_tokens": 4,
-        "n_accepted": 3,
-        # Prefill gives token 1; step 1 drafts 2, 3, 9 and keeps 2, 3, then the main says 51.
-        "steps": [{"drafted": [2, 3, 9], "n_accepted": 2, "main_token": 51}],
+        "acceptance_rate": 0.667,
+        "tokens_per_main_forward": 1.5,
+        "n_draft_tokens": 3,
+        "n_accepted": 2,
+        # Prefill gives token 1 (a step with no draft); step 2 drafts 2, 3, 9 and keeps 2, 3,
+        # then the main says end-of-text (51) instead of 9.
+        "steps": [
+            {"drafted": [], "n_accepted": 0, "main_token": 1},
+            {"drafted": [2, 3, 9], "n_accepted": 2, "main_token": 51},
+        ],
     }
     result = {
         "baseline": base,
@@ -87,6 +91,7 @@ def synthetic_result(**changes) -> dict:
 
 PIECES = {50: "<|startoftranscript|>", 1: "ask", 2: " not", 3: " what", 9: " who", 7: " your"}
 PIECES[51] = "<|endoftext|>"
+LABELS = {label for _, label in app.ORIGINS.values()}
 
 
 @pytest.fixture
@@ -112,6 +117,7 @@ def test_page_builds_offline_with_local_checkpoints_only(tiny_app):
     )
     markdown = " ".join(str(c.get("value")) for c in components(demo) if c["type"] == "markdown")
     assert "Offline mode" in markdown
+    assert str(tiny_app) not in markdown  # the server's absolute path stays private
     # The API and the button share one slot: timed runs never overlap.
     timed = [f for f in demo.fns.values() if f.fn in (app.run_compare, app.on_compare)]
     assert {f.api_name for f in timed} == {"compare", "on_compare"}
@@ -173,13 +179,15 @@ def test_run_compare_gives_both_results_and_identical(tiny_app, assistant):
 
 def test_compare_button_renders_every_output(tiny_app):
     outputs = app.on_compare(
-        str(JFK), "Auto-detect", "transcribe", "tiny-random-a (local)", "self-int8",
-        3, "constant", 1, "auto", False, "transformers",
+        str(JFK), language="Auto-detect", task="transcribe", main="tiny-random-a (local)",
+        assistant="self-int8", gamma=3, gamma_schedule="constant", repeats=1, dtype="auto",
+        timestamps=False, engine="transformers",
     )  # fmt: skip
-    verdict, baseline, speculative, draft, table, json_path, frame = outputs
+    verdict, baseline, speculative, tokens, steps, table, json_path, frame = outputs
     assert "IDENTICAL" in verdict and "MISMATCH" not in verdict
     assert "Baseline" in baseline and "Speculative" in speculative and "Acceptance" in speculative
-    assert "accepted draft token" in draft and "<table" in draft
+    assert tokens and all(label in LABELS for _, label in tokens)
+    assert len(steps) >= 1 and steps["Step"].tolist() == list(range(1, len(steps) + 1))
     assert table.startswith("| Main | Assistant |") and "| yes |" in table
     assert Path(json_path).read_text().startswith("{")
     assert list(frame["run"]) == ["Baseline", "Speculative"]
@@ -219,23 +227,23 @@ def test_identical_badge_speedup_and_prediction():
 
 def test_mismatch_is_shown_with_position_and_both_texts():
     result = synthetic_result(
-        speculative={"token_ids": [50, 1, 2, 7, 51], "text": "ask not your"},
+        speculative={"token_ids": [1, 2, 7], "text": "ask not your"},
         identical=False,
-        first_divergence=3,
+        first_divergence=2,
     )
     html = app.render_verdict(result, PIECES)
     assert "MISMATCH" in html and "IDENTICAL" not in html
-    assert "differ from token 3 on" in html
+    assert "differ from token 2 on" in html
     # Both sides: the shared text, then each one's own continuation highlighted.
     assert "…ask not<mark" in html
     assert ">  what…" not in html and "> what</mark>" in html and "> your</mark>" in html
     assert "#dc2626" in app.render_side(result, "speculative")  # the card is flagged too
-    assert "no (from token 3)" in app.markdown_table(result)
+    assert "no (from token 2)" in app.markdown_table(result)
 
 
 def test_mismatch_where_one_output_stops_early():
     result = synthetic_result(
-        speculative={"token_ids": [50, 1, 2]}, identical=False, first_divergence=3
+        speculative={"token_ids": [1, 2]}, identical=False, first_divergence=2
     )
     assert "(ends here)" in app.render_verdict(result, PIECES)
 
@@ -248,7 +256,7 @@ def test_columns_show_timing_method_counts_and_segments():
     assert "runs: 2.100, 2.000, 1.900 s" in base
     assert "[0.00–1.50]" in base and "ask not" in base
     spec = app.render_side(result, "speculative")
-    assert "75.0%" in spec and "3 of 4 drafted tokens" in spec and "2.00×" in spec
+    assert "66.7%" in spec and "2 of 3 drafted tokens" in spec and "2.00×" in spec
     assert "Tokens per main forward" in spec
 
 
@@ -258,32 +266,66 @@ def test_markdown_table_for_bloggers():
     assert lines[0].startswith("| Main | Assistant | Device | dtype | Baseline | Speculative |")
     assert lines[2].count(" | ") == lines[0].count(" | ")  # the pipe in a name is escaped
     assert "a\\|b" in lines[2] and "2.000 s" in lines[2] and "1.000 s" in lines[2]
-    assert "| 2.00× | 75.0% | yes |" in lines[2]
+    assert "| 2.00× | 66.7% | yes |" in lines[2]
     assert "Median of 3 after warm-up" in table
 
 
 def test_token_origins_follow_the_steps():
     steps = [
+        {"drafted": [], "n_accepted": 0, "main_token": 1},  # prefill: no draft
         {"drafted": [2, 3, 9], "n_accepted": 2, "main_token": 7},  # a correction
         {"drafted": [4, 5], "n_accepted": 2, "main_token": 6},  # all accepted: a bonus
-        {"drafted": [], "n_accepted": 0, "main_token": 51},  # no draft this step
+        {"drafted": [], "n_accepted": 0, "main_token": 8},  # drafting paused
+        # ended inside its accepted draft: end-of-text drafted and accepted, no main token
+        {"drafted": [10, 51, 51], "n_accepted": 2, "main_token": None},
     ]
-    origins = app.token_origins([50, 1, 2, 3, 7, 4, 5, 6, 51], steps)
+    origins = app.token_origins([1, 2, 3, 7, 4, 5, 6, 8, 10], steps)  # end-of-text left out
     assert origins == [
-        (50, "main"), (1, "main"), (2, "draft"), (3, "draft"), (7, "correction"),
-        (4, "draft"), (5, "draft"), (6, "bonus"), (51, "main"),
+        (1, "main"), (2, "draft"), (3, "draft"), (7, "correction"),
+        (4, "draft"), (5, "draft"), (6, "bonus"), (8, "main"), (10, "draft"),
     ]  # fmt: skip
+    # At the length limit the output stops inside the accepted draft: no token of the main's.
+    cut = [{"drafted": [], "n_accepted": 0, "main_token": 1}]
+    cut.append({"drafted": [2, 3, 4], "n_accepted": 2, "main_token": None})
+    assert app.token_origins([1, 2, 3], cut) == [(1, "main"), (2, "draft"), (3, "draft")]
 
 
-def test_draft_token_view_colours_tokens_and_lists_steps():
-    html = app.render_draft_tokens(synthetic_result(), PIECES)
-    for _, label in app.ORIGINS.values():
-        assert label in html  # the legend
-    assert html.count('<span title="token') == 3  # ask, not, what; special tokens skipped
-    assert 'title="token 2 (id 2): accepted draft token"' in html
-    assert "line-through" in html  # the rejected draft token ' who'
-    assert '<td style="padding: 2px 8px">2/3</td>' in html
-    assert '&lt;|endoftext|&gt;</span> <span style="opacity: 0.7">correction' in html
+def test_draft_token_view_labels_tokens_and_lists_steps():
+    tokens = app.draft_tokens(synthetic_result(), PIECES)
+    labels = {label for _, label in app.ORIGINS.values()}
+    assert tokens == [
+        ("ask", "main model: first token, or a step without a draft"),
+        (" not", "accepted draft token"),
+        (" what", "accepted draft token"),
+    ]  # end-of-text, a special token, is not part of the transcript
+    assert {label for _, label in tokens} <= labels
+
+    steps = synthetic_result()["speculative"]["steps"]
+    steps.append({"drafted": [7, 51], "n_accepted": 2, "main_token": None})
+    frame = app.steps_frame(synthetic_result(speculative={"steps": steps}), PIECES)
+    assert list(frame.columns) == app.STEP_COLUMNS
+    first, second, third = frame.to_dict("records")
+    assert first["Accepted"] == "0/0" and first["Main token"] == '"ask"'
+    assert first["Why"].startswith("no draft this step")
+    assert second["Accepted"] == "2/3"
+    assert second["Accepted draft"] == '" not" " what"' and second["Rejected draft"] == '" who"'
+    assert second["Main token"] == '"<|endoftext|>"' and second["Why"].startswith("correction")
+    assert third["Main token"] == "" and third["Why"].startswith("none: the step ended inside")
+
+
+def test_half_precision_says_it_can_change_a_token():
+    assert app.precision_note("float32") == ""
+    for dtype in ("float16", "bfloat16"):
+        html = app.render_verdict(synthetic_result(dtype=dtype), PIECES)
+        assert f"Run in {dtype}: half precision can change a token" in html
+        assert "γ + 1 rows rounds differently from the baseline&#x27;s one-row steps" in html
+    assert "half precision" not in app.render_verdict(synthetic_result(), PIECES)
+
+
+def test_models_folder_is_shown_relative_to_the_app(tmp_path):
+    assert app.shown_path(app.HERE / "models") == "`./models`"
+    outside = app.shown_path(tmp_path / "weights")
+    assert str(tmp_path) not in outside and "weights" in outside and "SPECWHISPER_MODELS" in outside
 
 
 def test_token_pieces_name_special_tokens(app_models):
