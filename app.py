@@ -42,6 +42,7 @@ from transformers.models.whisper.tokenization_whisper import LANGUAGES
 from specwhisper import compare, models
 from specwhisper.audio import SAMPLE_RATE, AudioError, AudioLimits, load_audio
 from specwhisper.compare import CompareError, CompareRequest
+from specwhisper.decoding import WINDOW_S
 from specwhisper.examples import Example, read_manifest
 from specwhisper.models import CheckpointError
 
@@ -160,7 +161,8 @@ def on_compare(
 ) -> tuple[Any, ...]:
     """The Compare button: the API's run, drawn into the page. `settings` are the page's fields
     by CompareRequest name (gradio's inputs_kwargs)."""
-    run = _compare(audio, _request(**settings), progress)
+    req = _request(**settings)
+    run = _compare(audio, req, progress)
     result, pieces = run.result, run.pieces
     for note in result["audio_notes"]:
         gr.Warning(note)
@@ -170,6 +172,7 @@ def on_compare(
         render_side(result, "speculative"),
         draft_tokens(result, pieces),
         steps_frame(result, pieces),
+        reproduce_snippet(result, req),
         markdown_table(result),
         write_json(result),
         timings_frame(result),
@@ -592,6 +595,115 @@ def steps_frame(result: Mapping[str, Any], pieces: Mapping[int, str]) -> pd.Data
     return pd.DataFrame(rows, columns=STEP_COLUMNS)
 
 
+def reproduce_snippet(result: Mapping[str, Any], req: CompareRequest) -> str:
+    """The few lines of plain transformers that redo this run's speculative side outside the
+    Space: the pair, dtype, γ and `generate(..., assistant_model=...)`. Where the run used
+    something of specwhisper's (our loop, the self-int8 assistant), it is named with its import."""
+    main = models.resolve(result["main"], role="main")
+    device = "cuda" if result["device"].startswith("cuda") else "cpu"
+    head = [
+        "import librosa",
+        "import torch",
+        "from transformers import WhisperForConditionalGeneration, WhisperProcessor",
+    ]
+    if result["assistant"] == models.SELF_INT8:
+        # specwhisper's own: the main's decoder with its Linear layers in int8 (CPU only)
+        head[-1] = "from specwhisper import models"
+        body = [
+            f"loaded = models.CACHE.get(models.resolve({_quoted(main.id)}), torch.device(device), "
+            "dtype)",
+            "main, processor = loaded.model, loaded.processor",
+            "assistant = models.CACHE.self_int8(loaded).model  # the main's decoder in int8",
+        ]
+    else:
+        body = [
+            f"processor = WhisperProcessor.from_pretrained({_quoted(_source(main))})",
+            "main = WhisperForConditionalGeneration.from_pretrained(",
+            f"    {_quoted(_source(main))}, dtype=dtype",
+            ").to(device)",
+        ]
+        assistant = models.resolve(result["assistant"], role="assistant")
+        if assistant.id == main.id and assistant.path == main.path:
+            body.append("assistant = main  # the main drafting for itself")
+        else:
+            kind = "WhisperForConditionalGeneration"
+            if assistant.decoder_only:  # a distil decoder reading the main's encoder outputs
+                kind = "WhisperForCausalLM"
+                head[-1] = head[-1].replace("import ", "import WhisperForCausalLM, ")
+            body += [
+                f"assistant = {kind}.from_pretrained(",
+                f"    {_quoted(_source(assistant))}, dtype=dtype",
+                ").to(device)",
+            ]
+    needs = "torch, transformers and librosa"
+    if result["assistant"] == models.SELF_INT8:
+        needs += ", and this repository's specwhisper package"
+    lines = [
+        f"# The speculative run above, outside the Space; needs {needs}.",
+        *head,
+        "",
+        f'device, dtype = "{device}", torch.{result["dtype"]}',
+        *body,
+    ]
+    schedule = "heuristic" if req.gamma_schedule == "heuristic" else "constant"
+    threshold = 0.4 if req.gamma_schedule == "adaptive" else 0.0
+    lines += [
+        f"assistant.generation_config.num_assistant_tokens = {req.gamma}  # γ",
+        f'assistant.generation_config.num_assistant_tokens_schedule = "{schedule}"',
+        f"assistant.generation_config.assistant_confidence_threshold = {threshold}",
+        "",
+        'audio, _ = librosa.load("your-audio.wav", sr=16_000)',
+    ]
+    options = [f"language={_quoted(result['language'])}"] if result["language"] != "auto" else []
+    options += [f"task={_quoted(result['task'])}"] if result["task"] else []
+    if result["duration_s"] > WINDOW_S:  # long-form: every frame, and a mask of the real ones
+        lines += [
+            "inputs = processor(",
+            '    audio, sampling_rate=16_000, return_tensors="pt",',
+            '    truncation=False, padding="longest", return_attention_mask=True,',
+            ")",
+        ]
+        options += ["attention_mask=inputs.attention_mask.to(device)", "return_timestamps=True"]
+    else:
+        lines.append('inputs = processor(audio, sampling_rate=16_000, return_tensors="pt")')
+        options += ["return_timestamps=True"] if req.timestamps else []
+    lines += [
+        "ids = main.generate(",
+        "    inputs.input_features.to(device, dtype),",
+        "    assistant_model=assistant,",
+        *(f"    {option}," for option in options),
+        ")",
+        "print(processor.batch_decode(ids, skip_special_tokens=True)[0])",
+    ]
+    if result["engine"] == "specwhisper":
+        lines += [
+            "",
+            "# This run used specwhisper's own speculative loop instead of generate's assisted",
+            "# loop; both keep exactly the main model's greedy tokens. Ours is",
+            "#   from specwhisper.decoding import decode_speculative",
+        ]
+        if req.gamma_schedule == "adaptive":
+            lines.append(
+                "# and its adaptive γ (from the measured acceptance and costs) has no "
+                "transformers setting;\n# above, transformers' own confidence-based drafting."
+            )
+    return "\n".join(lines) + "\n"
+
+
+def _quoted(text: str) -> str:
+    return json.dumps(text, ensure_ascii=False)
+
+
+def _source(ckpt: models.Checkpoint) -> str:
+    """What from_pretrained takes for a checkpoint: its Hub id, or a local folder as the app's
+    folder spells it (never the server's absolute path)."""
+    if ckpt.path is None:
+        return ckpt.id
+    if ckpt.path.resolve().is_relative_to(HERE):
+        return ckpt.path.resolve().relative_to(HERE).as_posix()
+    return f"models/{ckpt.path.name}"
+
+
 def markdown_table(result: Mapping[str, Any]) -> str:
     """The run as a Markdown table to paste into a post."""
     spec = result["speculative"]
@@ -806,6 +918,8 @@ def build_demo() -> gr.Blocks:
                 wrap=True,
                 max_height=420,
             )
+        with gr.Accordion("Run it yourself: this run in plain transformers", open=False):
+            snippet = gr.Code(language="python", label="Python", buttons=["copy"])
         with gr.Accordion("Results for bloggers", open=False):
             with gr.Row(equal_height=False):
                 with gr.Column(min_width=300):
@@ -859,7 +973,8 @@ def build_demo() -> gr.Blocks:
         run.click(
             on_compare,
             [audio],
-            [verdict, baseline_html, speculative_html, origins, steps, table_md, json_file, plot],
+            [verdict, baseline_html, speculative_html, origins, steps, snippet]
+            + [table_md, json_file, plot],
             inputs_kwargs=form,
             api_visibility="private",
             concurrency_limit=1,

@@ -214,11 +214,12 @@ def test_compare_button_renders_every_output(tiny_app):
         assistant="self-int8", gamma=3, gamma_schedule="constant", repeats=1, dtype="auto",
         timestamps=False, engine="transformers",
     )  # fmt: skip
-    verdict, baseline, speculative, tokens, steps, table, json_path, frame = outputs
+    verdict, baseline, speculative, tokens, steps, snippet, table, json_path, frame = outputs
     assert "IDENTICAL" in verdict and "MISMATCH" not in verdict
     assert "Baseline" in baseline and "Speculative" in speculative and "Acceptance" in speculative
     assert tokens and all(label in LABELS for _, label in tokens)
     assert len(steps) >= 1 and steps["Step"].tolist() == list(range(1, len(steps) + 1))
+    assert "assistant_model=assistant" in snippet
     assert table.startswith("| Main | Assistant |") and "| yes |" in table
     assert Path(json_path).read_text().startswith("{")
     assert list(frame["run"]) == ["Baseline", "Speculative"]
@@ -370,6 +371,35 @@ def test_token_pieces_name_special_tokens(app_models):
     assert pieces == {
         eot: "<|endoftext|>", sot: "<|startoftranscript|>", timestamp: "<|1.00|>", letter: "a"
     }  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "assistant, engine",
+    [
+        ("tiny-random-b", "transformers"),
+        ("tiny-random-decoder", "specwhisper"),
+        ("self-int8", "specwhisper"),
+    ],
+)
+def test_run_it_yourself_reproduces_the_run(
+    tiny_app, tmp_path, monkeypatch, capsys, assistant, engine
+):
+    settings = dict(main="tiny-random-a", assistant=assistant, language="es", task="transcribe")
+    settings |= dict(gamma=3, gamma_schedule="constant", repeats=1, dtype="auto")
+    settings |= dict(timestamps=False, engine=engine)
+    result = app.run_compare(str(JFK), **settings)  # 16 kHz: no resampler differences
+    snippet = app.reproduce_snippet(result, app._request(**settings))
+    compile(snippet, "run_it_yourself.py", "exec")  # valid Python as shown
+    assert "assistant_model=assistant" in snippet and "num_assistant_tokens = 3" in snippet
+    assert 'language="es"' in snippet and "torch.float32" in snippet
+    assert str(tiny_app) not in snippet  # local folders as the app's folder spells them
+    if engine == "specwhisper":
+        assert "from specwhisper.decoding import decode_speculative" in snippet
+    # Run it, from a folder laid out like the app's, on the same clip: the same transcript.
+    (tmp_path / "models").symlink_to(tiny_app, target_is_directory=True)
+    monkeypatch.chdir(tmp_path)
+    exec(compile(snippet.replace("your-audio.wav", str(JFK)), "snippet", "exec"), {})
+    assert capsys.readouterr().out.strip() == result["speculative"]["text"]
 
 
 def test_json_download_keeps_only_the_newest_files():
