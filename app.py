@@ -21,6 +21,7 @@ from __future__ import annotations
 import atexit
 import contextlib
 import html
+import importlib.util
 import json
 import logging
 import os
@@ -136,8 +137,8 @@ def run_compare(
         timestamps: segment timestamps in both runs.
         engine: "specwhisper" (our speculative loop) or "transformers" (assisted generation).
     Returns:
-        JSON with `baseline` and `speculative` (text, token ids, time, speed), `identical`,
-        `first_divergence`, `speedup`, the pair, device, dtype and notes about the audio.
+        JSON with `baseline` and `speculative` (text, token ids, time, speed)
+        `identical`, `first_divergence`, `speedup`, the pair, device, dtype and audio notes.
     """
     req = _request(
         main=main,
@@ -1008,9 +1009,14 @@ def _example_label(example: Example) -> str:
 
 
 def launch_options() -> dict[str, Any]:
-    """Keyword arguments for demo.launch(): the upload limit (SPECWHISPER_MAX_FILE_MB)."""
+    """Keyword arguments for demo.launch(): the upload limit (SPECWHISPER_MAX_FILE_MB), and the
+    MCP server, so agents can call `compare` as a tool, when gradio's `mcp` extra is installed
+    (`gradio[mcp]`; without it gradio refuses to launch with mcp_server=True)."""
     limits = AudioLimits.from_env(on_gpu=torch.cuda.is_available())
-    return {"max_file_size": limits.max_file_bytes}
+    mcp = importlib.util.find_spec("mcp") is not None
+    if not mcp:
+        log.warning('The MCP server is off: install gradio with its extra, "gradio[mcp]".')
+    return {"max_file_size": limits.max_file_bytes, "mcp_server": mcp}
 
 
 demo = build_demo()

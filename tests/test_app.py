@@ -402,6 +402,37 @@ def test_run_it_yourself_reproduces_the_run(
     assert capsys.readouterr().out.strip() == result["speculative"]["text"]
 
 
+def test_agents_get_compare_as_an_mcp_tool(tiny_app):
+    import json
+    import socket
+    import urllib.request
+
+    options = app.launch_options()
+    assert options["mcp_server"] is True  # gradio[mcp] is installed
+    demo = app.build_demo()
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    demo.launch(
+        prevent_thread_lock=True, server_name="127.0.0.1", server_port=port, quiet=True, **options
+    )
+    try:
+        url = f"http://127.0.0.1:{port}/gradio_api/mcp/schema"
+        with urllib.request.urlopen(url, timeout=30) as response:
+            tools = json.load(response)
+    finally:
+        demo.close()
+    [tool] = tools  # the page's own events stay private
+    assert tool["meta"]["endpoint_name"] == "compare"
+    assert tool["description"].startswith("Transcribe an audio file with Whisper alone")
+    properties = tool["inputSchema"]["properties"]
+    assert list(properties) == [
+        "audio", "language", "task", "main", "assistant",
+        "gamma", "gamma_schedule", "repeats", "dtype", "timestamps", "engine",
+    ]  # fmt: skip
+    assert "self-int8" in properties["assistant"]["description"]  # each one is described
+
+
 def test_json_download_keeps_only_the_newest_files():
     files = app._JsonFiles(keep=3)
     paths = [Path(files.write(synthetic_result())) for _ in range(5)]
