@@ -38,6 +38,7 @@ import gradio as gr
 import numpy as np
 import pandas as pd
 import torch
+from matplotlib.figure import Figure
 from transformers.models.whisper.tokenization_whisper import LANGUAGES
 
 from specwhisper import compare, models
@@ -68,6 +69,7 @@ GENERIC_ERROR = (
     "Try again, or try another clip or checkpoint pair."
 )
 CONTEXT_TOKENS = 8  # tokens shown on each side of a divergence
+SEGMENT_COLORS = ("#22c55e", "#3b82f6")  # segments alternate, so neighbours stay apart
 MAX_GPU_S = 600  # the longest ZeroGPU call we ask for
 TURBO = "openai/whisper-large-v3-turbo"  # the main with no assistant but itself (TURBO_NOTE)
 
@@ -171,6 +173,7 @@ def on_compare(
         render_verdict(result, pieces),
         render_side(result, "baseline"),
         render_side(result, "speculative"),
+        audio_figure(run.samples, result),
         draft_tokens(result, pieces),
         steps_frame(result, pieces),
         reproduce_snippet(result, req),
@@ -185,6 +188,7 @@ class Run(NamedTuple):
 
     result: dict[str, Any]  # the `compare` API's JSON
     pieces: dict[int, str]  # the text of every token id in it
+    samples: np.ndarray  # the audio as decoded: float32 mono 16 kHz
 
 
 def _request(**settings: Any) -> CompareRequest:
@@ -227,7 +231,8 @@ def _compare(audio: str | None, req: CompareRequest, progress: gr.Progress | Non
         # the pair in the cache it was forked with)
         result["load_time_s"] = round(load_s + result["load_time_s"], 3)
         result["audio_notes"] = list(clip.notes)
-        return Run(result, token_pieces(main.processor.tokenizer, _token_ids(result)))
+        pieces = token_pieces(main.processor.tokenizer, _token_ids(result))
+        return Run(result, pieces, clip.samples)
 
 
 def _reporter(progress: gr.Progress | None) -> compare.Progress:
@@ -321,7 +326,8 @@ def _token_ids(result: Mapping[str, Any]) -> set[int]:
     ids = set(result["baseline"]["token_ids"]) | set(spec["token_ids"])
     for step in spec["steps"]:
         ids.update(step["drafted"])
-        ids.add(step["main_token"])
+        if step["main_token"] is not None:  # None: the step ended inside its draft
+            ids.add(step["main_token"])
     return ids
 
 
@@ -705,6 +711,46 @@ def _source(ckpt: models.Checkpoint) -> str:
     return f"models/{ckpt.path.name}"
 
 
+def audio_figure(samples: np.ndarray, result: Mapping[str, Any]) -> Figure:
+    """The audio as Whisper reads it, a log-mel spectrogram (80 bands, 10 ms hop), with the
+    baseline's segments over it (timestamps on, or audio over 30 s) and the 30 s windows."""
+    import librosa
+    import librosa.display
+
+    mel = librosa.feature.melspectrogram(
+        y=samples, sr=SAMPLE_RATE, n_fft=400, hop_length=160, n_mels=80
+    )
+    figure = Figure(figsize=(10, 3.2), layout="constrained")
+    ax = figure.add_subplot()
+    librosa.display.specshow(
+        librosa.power_to_db(mel, ref=np.max),
+        sr=SAMPLE_RATE,
+        hop_length=160,
+        x_axis="time",
+        y_axis="mel",
+        cmap="magma",
+        ax=ax,
+    )
+    ax.set_xlabel("time (s)")
+    segments = result["baseline"].get("segments", [])
+    for i, segment in enumerate(segments):
+        ax.axvspan(segment["start_s"], segment["end_s"], ymin=0.9, color=SEGMENT_COLORS[i % 2])
+        words = segment["text"].split()
+        label = " ".join(words[:4]) + (" …" if len(words) > 4 else "")
+        ax.text(segment["start_s"], 0.95, f" {label}", transform=ax.get_xaxis_transform(),
+                fontsize=7, color="white", va="center", clip_on=True)  # fmt: skip
+    duration_s = len(samples) / SAMPLE_RATE
+    for edge_s in np.arange(WINDOW_S, duration_s, WINDOW_S):
+        ax.axvline(edge_s, color="white", linestyle="--", linewidth=1)
+    ax.set_title(
+        f"Log-mel spectrogram with the baseline's {len(segments)} segments"
+        if segments
+        else "Log-mel spectrogram (turn on Timestamps to mark the segments)",
+        fontsize=10,
+    )
+    return figure
+
+
 def markdown_table(result: Mapping[str, Any]) -> str:
     """The run as a Markdown table to paste into a post."""
     spec = result["speculative"]
@@ -905,6 +951,8 @@ def build_demo() -> gr.Blocks:
                 baseline_html = gr.HTML()
             with gr.Column(min_width=300):
                 speculative_html = gr.HTML()
+        with gr.Accordion("The audio: what Whisper reads, and the segments", open=False):
+            spectrogram = gr.Plot(show_label=False)
         with gr.Accordion("Draft-token view: who produced each token", open=True):
             origins = gr.HighlightedText(
                 label="Speculative transcript, token by token",
@@ -974,7 +1022,7 @@ def build_demo() -> gr.Blocks:
         run.click(
             on_compare,
             [audio],
-            [verdict, baseline_html, speculative_html, origins, steps, snippet]
+            [verdict, baseline_html, speculative_html, spectrogram, origins, steps, snippet]
             + [table_md, json_file, plot],
             inputs_kwargs=form,
             api_visibility="private",

@@ -6,6 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 
 import gradio as gr
+import numpy as np
 import pytest
 
 import app
@@ -214,12 +215,15 @@ def test_compare_button_renders_every_output(tiny_app):
         assistant="self-int8", gamma=3, gamma_schedule="constant", repeats=1, dtype="auto",
         timestamps=False, engine="transformers",
     )  # fmt: skip
-    verdict, baseline, speculative, tokens, steps, snippet, table, json_path, frame = outputs
+    verdict, baseline, speculative, figure, tokens, steps, snippet, table, json_path, frame = (
+        outputs
+    )
     assert "IDENTICAL" in verdict and "MISMATCH" not in verdict
     assert "Baseline" in baseline and "Speculative" in speculative and "Acceptance" in speculative
     assert tokens and all(label in LABELS for _, label in tokens)
     assert len(steps) >= 1 and steps["Step"].tolist() == list(range(1, len(steps) + 1))
     assert "assistant_model=assistant" in snippet
+    assert figure.axes[0].get_title().startswith("Log-mel spectrogram")
     assert table.startswith("| Main | Assistant |") and "| yes |" in table
     assert Path(json_path).read_text().startswith("{")
     assert list(frame["run"]) == ["Baseline", "Speculative"]
@@ -343,6 +347,8 @@ def test_draft_token_view_labels_tokens_and_lists_steps():
     assert second["Accepted draft"] == '" not" " what"' and second["Rejected draft"] == '" who"'
     assert second["Main token"] == '"<|endoftext|>"' and second["Why"].startswith("correction")
     assert third["Main token"] == "" and third["Why"].startswith("none: the step ended inside")
+    ids = app._token_ids(synthetic_result(speculative={"steps": steps}))
+    assert None not in ids and {1, 2, 3, 7, 9, 51} <= ids  # every token the view names
 
 
 def test_half_precision_says_it_can_change_a_token():
@@ -358,6 +364,29 @@ def test_models_folder_is_shown_relative_to_the_app(tmp_path):
     assert app.shown_path(app.HERE / "models") == "`./models`"
     outside = app.shown_path(tmp_path / "weights")
     assert str(tmp_path) not in outside and "weights" in outside and "SPECWHISPER_MODELS" in outside
+
+
+def test_spectrogram_marks_segments_and_windows():
+    from specwhisper.audio import load_audio
+
+    samples = load_audio(JFK).samples  # 11 s
+    segments = [
+        {"start_s": 0.0, "end_s": 4.5, "text": "And so my fellow Americans"},
+        {"start_s": 4.5, "end_s": 10.5, "text": "ask not what your country can do for you"},
+    ]
+    figure = app.audio_figure(samples, synthetic_result(baseline={"segments": segments}))
+    [ax] = [a for a in figure.axes if a.get_title()]  # the spectrogram (no colour bar)
+    assert "2 segments" in ax.get_title()
+    spans = [p.get_x() for p in ax.patches]
+    assert spans == [0.0, 4.5]
+    assert [t.get_text() for t in ax.texts] == [" And so my fellow …", " ask not what your …"]
+    assert ax.get_xlim()[1] == pytest.approx(11.0, abs=0.1)
+
+    long_audio = np.concatenate([samples] * 6)  # 66 s: 30 s windows at 30 and 60 s
+    figure = app.audio_figure(long_audio, synthetic_result())
+    [ax] = figure.axes
+    assert [line.get_xdata()[0] for line in ax.lines] == [30.0, 60.0]
+    assert "turn on Timestamps" in ax.get_title()
 
 
 def test_token_pieces_name_special_tokens(app_models):
