@@ -97,9 +97,9 @@ ORIGINS = {
 }
 # Why the main model added a step's last token, for the step table.
 STEP_KINDS = {
-    "main": "no draft this step (the first token of a window, or drafting paused)",
-    "correction": "correction: the main disagreed with the first rejected draft token",
-    "bonus": "bonus: every draft token was accepted",
+    "main": "no draft (a window's first token, or drafting paused)",
+    "correction": "correction of the first rejected draft token",
+    "bonus": "bonus: the whole draft was accepted",
 }
 _SPECIAL_TOKEN = re.compile(r"<\|[^|]*\|>")
 
@@ -586,7 +586,7 @@ def steps_frame(result: Mapping[str, Any], pieces: Mapping[int, str]) -> pd.Data
     for n, step in enumerate(result["speculative"]["steps"], start=1):
         drafted, n_accepted, token = step["drafted"], step["n_accepted"], step["main_token"]
         if token is None:
-            why = "none: the step ended inside its draft (end of text or the length limit)"
+            why = "none: the step ended inside its draft (end of text, or the length limit)"
         else:
             why = STEP_KINDS[_main_token_kind(step)]
         rows.append(
@@ -661,8 +661,11 @@ def reproduce_snippet(result: Mapping[str, Any], req: CompareRequest) -> str:
         "",
         'audio, _ = librosa.load("your-audio.wav", sr=16_000)',
     ]
-    options = [f"language={_quoted(result['language'])}"] if result["language"] != "auto" else []
-    options += [f"task={_quoted(result['task'])}"] if result["task"] else []
+    options = []  # English-only mains take no language or task (generate refuses them)
+    if not main.english_only and result["language"] != "auto":
+        options.append(f"language={_quoted(result['language'])}")
+    if not main.english_only and result["task"]:
+        options.append(f"task={_quoted(result['task'])}")
     if result["duration_s"] > WINDOW_S:  # long-form: every frame, and a mask of the real ones
         lines += [
             "inputs = processor(",
@@ -966,6 +969,7 @@ def build_demo() -> gr.Blocks:
                 interactive=False,
                 wrap=True,
                 max_height=420,
+                column_widths=["7%", "9%", "26%", "18%", "14%", "26%"],
             )
         with gr.Accordion("Run it yourself: this run in plain transformers", open=False):
             snippet = gr.Code(language="python", label="Python", buttons=["copy"])

@@ -342,7 +342,7 @@ def test_draft_token_view_labels_tokens_and_lists_steps():
     assert list(frame.columns) == app.STEP_COLUMNS
     first, second, third = frame.to_dict("records")
     assert first["Accepted"] == "0/0" and first["Main token"] == '"ask"'
-    assert first["Why"].startswith("no draft this step")
+    assert first["Why"].startswith("no draft")
     assert second["Accepted"] == "2/3"
     assert second["Accepted draft"] == '" not" " what"' and second["Rejected draft"] == '" who"'
     assert second["Main token"] == '"<|endoftext|>"' and second["Why"].startswith("correction")
@@ -402,6 +402,11 @@ def test_token_pieces_name_special_tokens(app_models):
     }  # fmt: skip
 
 
+SETTINGS = dict(main="tiny-random-a", assistant="tiny-random-b", language="es", task="transcribe")
+SETTINGS |= dict(gamma=3, gamma_schedule="constant", repeats=1, dtype="auto")
+SETTINGS |= dict(timestamps=False, engine="specwhisper")
+
+
 @pytest.mark.parametrize(
     "assistant, engine",
     [
@@ -413,9 +418,7 @@ def test_token_pieces_name_special_tokens(app_models):
 def test_run_it_yourself_reproduces_the_run(
     tiny_app, tmp_path, monkeypatch, capsys, assistant, engine
 ):
-    settings = dict(main="tiny-random-a", assistant=assistant, language="es", task="transcribe")
-    settings |= dict(gamma=3, gamma_schedule="constant", repeats=1, dtype="auto")
-    settings |= dict(timestamps=False, engine=engine)
+    settings = SETTINGS | dict(assistant=assistant, engine=engine)
     result = app.run_compare(str(JFK), **settings)  # 16 kHz: no resampler differences
     snippet = app.reproduce_snippet(result, app._request(**settings))
     compile(snippet, "run_it_yourself.py", "exec")  # valid Python as shown
@@ -429,6 +432,13 @@ def test_run_it_yourself_reproduces_the_run(
     monkeypatch.chdir(tmp_path)
     exec(compile(snippet.replace("your-audio.wav", str(JFK)), "snippet", "exec"), {})
     assert capsys.readouterr().out.strip() == result["speculative"]["text"]
+
+
+def test_run_it_yourself_gives_an_english_only_main_no_language(tiny_app):
+    result = synthetic_result(main="tiny-english (local)", language="en", task=None)
+    snippet = app.reproduce_snippet(result, app._request(**SETTINGS))
+    compile(snippet, "run_it_yourself.py", "exec")
+    assert "language=" not in snippet and "task=" not in snippet
 
 
 def test_agents_get_compare_as_an_mcp_tool(tiny_app):

@@ -199,6 +199,23 @@ def check_both_columns(page: Page) -> tuple[str, str]:
     return texts
 
 
+def check_result_views(page: Page) -> None:
+    """The views under the columns: the draft-token view (legend, tokens, step table), the
+    spectrogram and the code to run it yourself."""
+    expect(page.get_by_text("accepted draft token", exact=True)).to_be_visible()
+    steps = page.locator(".block").filter(has_text="Steps: what the assistant drafted")
+    expect(steps.get_by_role("row").nth(1)).to_contain_text("0/0")  # the prefill step
+    page.get_by_text("The audio: what Whisper reads, and the segments", exact=True).click()
+    figure = (
+        page.locator(".block").filter(has=page.locator("img")).filter(has_not=page.locator("input"))
+    )
+    expect(figure.locator("img").first).to_be_visible()
+    page.get_by_text("Run it yourself: this run in plain transformers", exact=True).click()
+    expect(page.locator(".cm-content").filter(has_text="assistant_model")).to_contain_text(
+        "assistant_model=assistant"
+    )
+
+
 def audio_seconds(page: Page) -> float:
     """The clip duration the verdict reports ("11.0 s of audio")."""
     verdict = enclosing(page.get_by_text("IDENTICAL", exact=True), "prose")
@@ -227,6 +244,7 @@ def test_upload_example_and_compare(open_page, server):
     if server.real:
         assert "fellow Americans" in baseline
         assert audio_seconds(page) == pytest.approx(11.0, abs=0.1)
+    check_result_views(page)
 
 
 def test_microphone_recording(open_page, server):
