@@ -41,10 +41,9 @@ import torch
 from matplotlib.figure import Figure
 from transformers.models.whisper.tokenization_whisper import LANGUAGES
 
-from specwhisper import compare, models
+from specwhisper import compare, decoding, models
 from specwhisper.audio import SAMPLE_RATE, AudioError, AudioLimits, load_audio
 from specwhisper.compare import CompareError, CompareRequest
-from specwhisper.decoding import WINDOW_S
 from specwhisper.examples import Example, read_manifest
 from specwhisper.models import CheckpointError
 
@@ -58,12 +57,11 @@ log = logging.getLogger("specwhisper.app")
 HERE = Path(__file__).resolve().parent
 AUTO = "Auto-detect"
 LANGUAGE_CHOICES = [AUTO, *sorted(name.title() for name in LANGUAGES.values())]
-SCHEDULES = ["adaptive", "constant", "heuristic"]
 DTYPES = ["auto", "float32", "float16", "bfloat16"]
-ENGINES = [
-    ("specwhisper (our loop)", "specwhisper"),
-    ("transformers (assisted generation)", "transformers"),
-]
+ENGINE_LABELS = {
+    "specwhisper": "specwhisper (our loop)",
+    "transformers": "transformers (assisted generation)",
+}
 GENERIC_ERROR = (
     "Something went wrong while comparing; the details are in the server log. "
     "Try again, or try another clip or checkpoint pair."
@@ -666,7 +664,7 @@ def reproduce_snippet(result: Mapping[str, Any], req: CompareRequest) -> str:
         options.append(f"language={_quoted(result['language'])}")
     if not main.english_only and result["task"]:
         options.append(f"task={_quoted(result['task'])}")
-    if result["duration_s"] > WINDOW_S:  # long-form: every frame, and a mask of the real ones
+    if result["duration_s"] > decoding.WINDOW_S:  # long-form: all frames, and their mask
         lines += [
             "inputs = processor(",
             '    audio, sampling_rate=16_000, return_tensors="pt",',
@@ -743,7 +741,7 @@ def audio_figure(samples: np.ndarray, result: Mapping[str, Any]) -> Figure:
         ax.text(segment["start_s"], 0.95, f" {label}", transform=ax.get_xaxis_transform(),
                 fontsize=7, color="white", va="center", clip_on=True)  # fmt: skip
     duration_s = len(samples) / SAMPLE_RATE
-    for edge_s in np.arange(WINDOW_S, duration_s, WINDOW_S):
+    for edge_s in np.arange(decoding.WINDOW_S, duration_s, decoding.WINDOW_S):
         ax.axvline(edge_s, color="white", linestyle="--", linewidth=1)
     ax.set_title(
         f"Log-mel spectrogram with the baseline's {len(segments)} segments"
@@ -919,7 +917,7 @@ def build_demo() -> gr.Blocks:
                 with gr.Accordion("Advanced", open=False):
                     gamma = gr.Slider(0, 16, value=5, step=1, label="Draft tokens per step (γ)")
                     schedule = gr.Radio(
-                        SCHEDULES,
+                        list(decoding.SCHEDULES),
                         value="adaptive",
                         label="γ schedule",
                         info="adaptive: γ from measured acceptance and costs (Leviathan's "
@@ -935,7 +933,11 @@ def build_demo() -> gr.Blocks:
                         info="auto: float16 on GPU, float32 on CPU. Half precision can change "
                         "a token (verifying γ + 1 tokens at once rounds differently).",
                     )
-                    engine = gr.Radio(ENGINES, value="specwhisper", label="Speculative engine")
+                    engine = gr.Radio(
+                        [(ENGINE_LABELS[e], e) for e in decoding.ENGINES],
+                        value="specwhisper",
+                        label="Speculative engine",
+                    )
                     timestamps = gr.Checkbox(False, label="Timestamps (segments in both columns)")
                 run = gr.Button("Compare", variant="primary", size="lg", interactive=bool(mains))
 
