@@ -1,8 +1,10 @@
 """Checkpoint registry, pair compatibility and cached loading.
 
-Knows which Whisper checkpoints exist (Hub ids and local folders in the models folder), which
-main/assistant pairs share a tokenizer, and loads them once into a small LRU cache. The
-`self-int8` assistant (the main decoder with int8 Linear layers) is built here too.
+Knows which Whisper checkpoints exist (Hub ids, the ones already in the local Hugging Face cache,
+and local folders in the models folder), which main/assistant pairs share a tokenizer, which pair
+the page starts on (`default_pair`), and loads them once into a small LRU cache; a failed load
+empties the cache and says why in a sentence. The `self-int8` assistant (the main decoder with
+int8 Linear layers) is built here too.
 
 It does not decode, time or touch audio, and it never trusts remote code: weights load from
 safetensors only, Hub ids must match a strict pattern, and local paths stay inside the models
@@ -12,12 +14,15 @@ folder.
 from __future__ import annotations
 
 import copy
+import gc
+import json
 import os
 import re
 import threading
 import time
 import warnings
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -25,6 +30,9 @@ from typing import Any
 import torch
 
 SELF_INT8 = "self-int8"
+SELF_INT8_CPU_ONLY = (
+    "self-int8 drafts run on the CPU only; on GPU pick a distil or smaller assistant."
+)
 
 # Vocabulary families: assisted decoding needs the same token ids on both sides.
 FAMILY_V2 = "multilingual (v1/v2 tokenizer, 51865 tokens)"
@@ -34,6 +42,12 @@ _FAMILY_BY_VOCAB = {51865: FAMILY_V2, 51866: FAMILY_V3, 51864: FAMILY_EN}
 
 _HUB_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")
 _ALLOWED_ORGS = ("openai", "distil-whisper")
+_COMMIT = re.compile(r"^[0-9a-f]{40}$")
+
+# A local folder holding this file is a distil-style assistant: a full seq2seq checkpoint, saved
+# as the distil-whisper repos are, whose decoder is loaded alone (WhisperForCausalLM) to read
+# its teacher's encoder outputs. {"teacher": "<main id or folder name>"}; offline.py writes it.
+DISTIL_FILE = "specwhisper-distil.json"
 
 
 class CheckpointError(ValueError):
@@ -108,8 +122,9 @@ HUB_ASSISTANTS: dict[str, Checkpoint] = {
 
 
 def models_dir() -> Path:
-    """The local models folder: env SPECWHISPER_MODELS, default ./models."""
-    return Path(os.environ.get("SPECWHISPER_MODELS", "models")).resolve()
+    """The local models folder: env SPECWHISPER_MODELS (`~` expanded), default ./models against
+    the working directory. The app, the bench and the offline converter all use this one."""
+    return Path(os.environ.get("SPECWHISPER_MODELS", "models")).expanduser().resolve()
 
 
 def hub_offline() -> bool:
@@ -118,10 +133,77 @@ def hub_offline() -> bool:
     return any(f.strip().lower() in ("1", "true", "yes", "on") for f in flags)
 
 
-def _local_checkpoint(folder: Path) -> Checkpoint:
-    """Describe a local folder from its config.json, or explain what is missing."""
-    import json
+# ---------------------------------------------------------------------------------------------
+# The local Hugging Face cache: Hub checkpoints that work without the Hub
 
+
+def hub_cache_dir() -> Path:
+    """The Hugging Face Hub cache folder, read from the environment at each call (as
+    huggingface_hub reads it at import): HF_HUB_CACHE, else HUGGINGFACE_HUB_CACHE, else
+    $HF_HOME/hub, else $XDG_CACHE_HOME/huggingface/hub, else ~/.cache/huggingface/hub."""
+    env = os.environ
+    home = env.get("HF_HOME") or os.path.join(
+        env.get("XDG_CACHE_HOME") or os.path.join("~", ".cache"), "huggingface"
+    )
+    folder = env.get("HF_HUB_CACHE") or env.get("HUGGINGFACE_HUB_CACHE")
+    folder = folder or os.path.join(home, "hub")
+    return Path(os.path.expandvars(folder)).expanduser()
+
+
+@dataclass(frozen=True)
+class HubSnapshot:
+    """One Hub checkpoint as the local cache holds it."""
+
+    folder: Path  # <cache>/models--org--name/snapshots/<revision>
+    revision: str  # the commit hash of that snapshot
+
+
+def cached_snapshot(repo_id: str) -> HubSnapshot | None:
+    """The cached snapshot of a Hub model repo that `refs/main` points at (or the only snapshot
+    when no ref was recorded), if it holds a config.json and safetensors weights; else None.
+
+    Reads the cache's folder layout (models--org--name/refs, snapshots/<hash>/...) directly,
+    which is cheap enough to call whenever the page lists its choices.
+    """
+    if not _HUB_ID.match(repo_id):
+        return None
+    repo = hub_cache_dir() / f"models--{repo_id.replace('/', '--')}"
+    ref = repo / "refs" / "main"
+    try:
+        if ref.is_file():
+            revision = ref.read_text().strip()
+        else:
+            found = [p.name for p in (repo / "snapshots").iterdir() if p.is_dir()]
+            revision = found[0] if len(found) == 1 else ""
+    except OSError:
+        return None
+    folder = repo / "snapshots" / revision
+    if not _COMMIT.match(revision) or not (folder / "config.json").is_file():
+        return None
+    weights = ("model.safetensors", "model.safetensors.index.json")
+    if not any((folder / name).is_file() for name in weights):
+        return None
+    return HubSnapshot(folder, revision)
+
+
+def cached_hub_ids() -> dict[str, str]:
+    """Registry Hub ids whose checkpoint is in the local Hugging Face cache -> their revision."""
+    found = {}
+    for name in {**HUB_MAINS, **HUB_ASSISTANTS}:
+        snapshot = cached_snapshot(name)
+        if snapshot is not None:
+            found[name] = snapshot.revision
+    return found
+
+
+def _local_checkpoint(folder: Path) -> Checkpoint:
+    """Describe a local folder from its config.json, or explain what is missing.
+
+    The folder is a decoder-only (distil-style) assistant when its config names
+    WhisperForCausalLM, or when it holds DISTIL_FILE naming its teacher: distil-whisper saves
+    its students as full WhisperForConditionalGeneration checkpoints, so the config alone
+    cannot tell a 2-layer student from a main.
+    """
     config_path = folder / "config.json"
     if not config_path.is_file():
         raise CheckpointError(f"The checkpoint folder '{folder.name}' has no config.json.")
@@ -139,9 +221,18 @@ def _local_checkpoint(folder: Path) -> Checkpoint:
     if config.get("model_type") != "whisper":
         raise CheckpointError(f"'{folder.name}' is not a Whisper checkpoint.")
     decoder_only = "WhisperForCausalLM" in (config.get("architectures") or [])
+    teacher = None
+    if (folder / DISTIL_FILE).is_file():
+        try:
+            teacher = str(json.loads((folder / DISTIL_FILE).read_text())["teacher"])
+        except (ValueError, KeyError, TypeError) as e:
+            raise CheckpointError(
+                f"The {DISTIL_FILE} of '{folder.name}' does not name a teacher."
+            ) from e
+        decoder_only = True
     n_mels = int(config.get("num_mel_bins", 80))
     family = _FAMILY_BY_VOCAB.get(vocab, f"custom vocabulary ({vocab} tokens)")
-    return Checkpoint(folder.name, family, decoder_only, d_model, n_mels, folder)
+    return Checkpoint(folder.name, family, decoder_only, d_model, n_mels, folder, teacher)
 
 
 def local_checkpoints(root: Path | None = None) -> dict[str, Checkpoint]:
@@ -210,7 +301,15 @@ def pair_problem(main: Checkpoint, assistant: str | Checkpoint) -> str | None:
         )
     if other.decoder_only:
         # A distil decoder reads the main's encoder outputs, so it needs that exact encoder.
-        if other.teacher is not None and main.path is None and other.teacher != main.id:
+        # Teachers compare by name without the org, so a student of the local whisper-base
+        # folder assists openai/whisper-base too; local mains are taken on trust for Hub
+        # students (a folder name says nothing about its weights).
+        local_student = other.teacher is not None and "/" not in other.teacher
+        if (
+            other.teacher is not None
+            and (main.path is None or local_student)
+            and _stem(other.teacher) != _stem(main.id)
+        ):
             return (
                 f"{other.label} is a decoder-only assistant distilled from {other.teacher}; "
                 f"it reads that model's encoder outputs and cannot assist {main.label}."
@@ -228,29 +327,114 @@ def pair_problem(main: Checkpoint, assistant: str | Checkpoint) -> str | None:
     return None
 
 
+def _stem(name: str) -> str:
+    return name.rsplit("/", 1)[-1]
+
+
+def _hub_pool(registry: dict[str, Checkpoint], include_hub: bool) -> list[Checkpoint]:
+    """The registry with the Hub, or only what the local Hugging Face cache holds without it."""
+    if include_hub:
+        return list(registry.values())
+    cached = cached_hub_ids()
+    return [c for name, c in registry.items() if name in cached]
+
+
 def main_choices(include_hub: bool = True) -> list[Checkpoint]:
-    """Mains to offer: local folders first (they work offline), then the Hub registry."""
+    """Mains to offer: local folders first (they work offline), then the Hub registry; without
+    the Hub, the registry ids already in the local Hugging Face cache."""
     local = [c for c in local_checkpoints().values() if not c.decoder_only]
-    return local + (list(HUB_MAINS.values()) if include_hub else [])
+    return local + _hub_pool(HUB_MAINS, include_hub)
 
 
 def assistant_choices(
     main: Checkpoint, include_hub: bool = True, on_gpu: bool | None = None
 ) -> list[str]:
-    """Assistant ids that can draft for `main`, best first: self-int8, then local, then Hub.
+    """Assistant ids that can draft for `main`, best first: self-int8, then local, then Hub
+    (without the Hub: the cached Hub ids).
 
     self-int8 is CPU only (fbgemm int8 kernels); on GPU it is left out, since no measurement
     here has shown an int8 GPU draft beating the fp16 baseline.
     """
     if on_gpu is None:
         on_gpu = torch.cuda.is_available()
-    pool = list(local_checkpoints().values())
-    if include_hub:
-        pool += list(HUB_ASSISTANTS.values())
+    pool = list(local_checkpoints().values()) + _hub_pool(HUB_ASSISTANTS, include_hub)
     ok = [c.label for c in pool if pair_problem(main, c) is None]
     if main.label not in ok:
         ok.append(main.label)  # the main as its own assistant: every draft token is accepted
     return ok if on_gpu else [SELF_INT8, *ok]
+
+
+# ---------------------------------------------------------------------------------------------
+# The pair the page starts on
+
+# Mains with a real distil assistant, best first. The first is the GPU Space's default and the
+# pair its README preloads: large-v3 with distil-large-v3 (README: "Default checkpoints" says why).
+DISTIL_PAIRS: tuple[tuple[str, str], ...] = (
+    ("openai/whisper-large-v3", "distil-whisper/distil-large-v3"),
+    ("openai/whisper-large-v2", "distil-whisper/distil-large-v2"),
+    ("openai/whisper-medium.en", "distil-whisper/distil-medium.en"),
+    ("openai/whisper-small.en", "distil-whisper/distil-small.en"),
+)
+CPU_MAIN = "whisper-base"  # the folder `python -m specwhisper.offline` writes
+CPU_HUB_MAIN = "openai/whisper-base"  # the same model on the Hub
+
+
+def default_pair(on_gpu: bool, hub: bool) -> tuple[str, str]:
+    """(main, assistant) labels the page starts on, as its choice lists spell them.
+
+    - GPU with the Hub: openai/whisper-large-v3 drafted by distil-whisper/distil-large-v3.
+    - GPU without the Hub: the first of DISTIL_PAIRS with both halves in the local Hugging Face
+      cache; else the first local or cached main with another assistant that can draft for it
+      (a local distil folder, a smaller cached model). When no such assistant exists, the main
+      drafts for itself: the only pair left that runs on a GPU (self-int8 is CPU only). It can
+      only be slower than the baseline, and it is the one case where a main is its own
+      default assistant.
+    - CPU: whisper-base drafted by self-int8; the local folder when it is there, else
+      openai/whisper-base (from the Hub, or from the cache without it), else the first local
+      main.
+    - Nothing available (no Hub, no local folder, nothing cached): the ids the Hub would give
+      (the first distil pair on GPU, openai/whisper-base + self-int8 on CPU). Loading them then
+      says the Hub is unreachable and how to prepare local weights.
+
+    Every pair returned passes pair_problem.
+    """
+    if not on_gpu:
+        local = local_checkpoints()
+        if CPU_MAIN in local and not local[CPU_MAIN].decoder_only:
+            return local[CPU_MAIN].label, SELF_INT8
+        if hub or cached_snapshot(CPU_HUB_MAIN) is not None:
+            return CPU_HUB_MAIN, SELF_INT8
+        mains = main_choices(include_hub=False)
+        return (mains[0].label if mains else CPU_HUB_MAIN), SELF_INT8
+    if hub:
+        return DISTIL_PAIRS[0]
+    cached = cached_hub_ids()
+    for main, assistant in DISTIL_PAIRS:
+        if main in cached and assistant in cached:
+            return main, assistant
+    mains = main_choices(include_hub=False)
+    for main_ckpt in mains:
+        others = assistant_choices(main_ckpt, include_hub=False, on_gpu=True)
+        others = [a for a in others if a != main_ckpt.label]
+        if others:
+            return main_ckpt.label, others[0]
+    if mains:
+        return mains[0].label, mains[0].label
+    return DISTIL_PAIRS[0]
+
+
+TURBO_NOTE = (
+    "openai/whisper-large-v3-turbo is large-v3 with its decoder cut from 32 layers to 4 and "
+    "fine-tuned: it is already the fast decoder that speculative decoding tries to get. No "
+    "listed assistant can draft for it. The tiny to medium models and distil-large-v2 use the "
+    "v1/v2 tokenizer, so their token ids mean other words; distil-large-v3 is a 2-layer decoder "
+    "distilled to read large-v3's encoder outputs, and the pair check keeps it to large-v3. "
+    "Even where a 2-layer draft fits, it would save at most half of a 4-layer step per accepted "
+    "token, before each verify pass is paid. So on a GPU turbo can only draft for itself, which "
+    "shows the mechanics (every draft token accepted) but is slower than turbo alone; on the CPU "
+    "self-int8 (turbo's own 4 layers in int8) is offered. Expect no speed-up from turbo: pick "
+    "large-v3 with distil-large-v3 to see the effect the blog describes."
+)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -282,33 +466,81 @@ class Loaded:
     load_time_s: float
     device: torch.device
     dtype: torch.dtype
+    revision: str | None = None  # Hub commit hash of the snapshot loaded; None for local folders
 
 
-def _source(ckpt: Checkpoint) -> str:
-    return str(ckpt.path) if ckpt.path is not None else ckpt.id
+def _locate(ckpt: Checkpoint) -> tuple[str, str | None]:
+    """Where from_pretrained reads `ckpt` (a folder or a Hub id) and the revision known before
+    loading. Without the Hub, a Hub id loads from its cached snapshot folder, or is refused in
+    a sentence before anything loads."""
+    if ckpt.path is not None:
+        return str(ckpt.path), None
+    if not hub_offline():
+        return ckpt.id, None  # the revision is read from the cache once downloaded
+    snapshot = cached_snapshot(ckpt.id)
+    if snapshot is None:
+        raise CheckpointError(
+            f"{ckpt.id} is on the Hugging Face Hub, which is unreachable here (offline mode), "
+            f"and it is not in the local Hugging Face cache ({hub_cache_dir()}). Pick a local "
+            "checkpoint; `python -m specwhisper.offline` prepares some."
+        )
+    return str(snapshot.folder), snapshot.revision
 
 
 def _load_model(ckpt: Checkpoint, device: torch.device, dtype: torch.dtype) -> Loaded:
+    """from_pretrained, safetensors only. Raises whatever loading raises (ModelCache.get words
+    it and empties the cache), or CheckpointError before loading starts."""
     from transformers import WhisperForCausalLM, WhisperForConditionalGeneration, WhisperProcessor
 
-    if ckpt.path is None and hub_offline():
-        raise CheckpointError(
-            f"{ckpt.id} is on the Hugging Face Hub, which is unreachable here (offline mode). "
-            "Pick a local checkpoint; `python -m specwhisper.offline` prepares some."
-        )
+    source, revision = _locate(ckpt)
     start = time.perf_counter()
-    kwargs = dict(dtype=dtype, use_safetensors=True, trust_remote_code=False)
-    try:
-        cls = WhisperForCausalLM if ckpt.decoder_only else WhisperForConditionalGeneration
-        model = cls.from_pretrained(_source(ckpt), **kwargs).to(device).eval()
-        processor = None if ckpt.decoder_only else WhisperProcessor.from_pretrained(_source(ckpt))
-    except (OSError, ValueError, KeyError, RuntimeError) as e:
-        where = "folder" if ckpt.path is not None else "Hub checkpoint"
-        reason = str(e).splitlines()[0][:200] if str(e) else type(e).__name__
-        if ckpt.path is None and ("connect" in reason.lower() or "offline" in reason.lower()):
-            reason = "the Hugging Face Hub could not be reached"
-        raise CheckpointError(f"Could not load the {where} '{ckpt.label}': {reason}.") from e
-    return Loaded(ckpt, model, processor, time.perf_counter() - start, device, dtype)
+    kwargs: dict[str, Any] = dict(dtype=dtype, use_safetensors=True, trust_remote_code=False)
+    if source == ckpt.id:
+        kwargs["cache_dir"] = str(hub_cache_dir())  # the cache cached_snapshot reads
+    if device.type == "cuda":
+        # accelerate's loading: each tensor goes from the file straight to the GPU, so a large
+        # checkpoint never needs a full copy in CPU memory first. The CPU path is unchanged.
+        kwargs["device_map"] = str(device)
+    cls = WhisperForCausalLM if ckpt.decoder_only else WhisperForConditionalGeneration
+    model = cls.from_pretrained(source, **kwargs)
+    if device.type != "cuda":
+        model = model.to(device)
+    model.eval()
+    processor = None
+    if not ckpt.decoder_only:
+        extra = {"cache_dir": kwargs["cache_dir"]} if "cache_dir" in kwargs else {}
+        processor = WhisperProcessor.from_pretrained(source, **extra)
+    if ckpt.path is None and revision is None:
+        snapshot = cached_snapshot(ckpt.id)
+        revision = snapshot.revision if snapshot is not None else None
+    load_s = time.perf_counter() - start
+    return Loaded(ckpt, model, processor, load_s, device, dtype, revision)
+
+
+def _load_failure(what: str, hub: bool, device: torch.device, dtype: torch.dtype, e: Exception):
+    """A loading exception as one sentence for a person; the cache has been emptied by then.
+    `what` names the thing loaded ("the folder 'whisper-base (local)'")."""
+    emptied = "The model cache was emptied, so the next request starts from free memory."
+    if isinstance(e, (torch.cuda.OutOfMemoryError, MemoryError)):
+        where = "GPU memory" if device.type == "cuda" else "memory"
+        precision = str(dtype).removeprefix("torch.")
+        return CheckpointError(
+            f"There is not enough {where} to load {what} in {precision}. {emptied} "
+            "A smaller checkpoint, or half precision on a GPU, needs less."
+        )
+    reason = str(e).splitlines()[0][:200] if str(e) else type(e).__name__
+    if hub and ("connect" in reason.lower() or "offline" in reason.lower()):
+        reason = "the Hugging Face Hub could not be reached"
+    return CheckpointError(f"Could not load {what}: {reason.rstrip('.')}. {emptied}")
+
+
+def _float32_encoder_states(module: torch.nn.Module, args: tuple, kwargs: dict) -> tuple:
+    """Forward pre-hook of the self-int8 decoder: int8 dynamic Linear layers take fp32 inputs
+    only, while the main (in bf16 or fp16) hands over its encoder outputs in its own dtype."""
+    states = kwargs.get("encoder_hidden_states")
+    if states is not None and states.dtype != torch.float32:
+        kwargs["encoder_hidden_states"] = states.float()
+    return args, kwargs
 
 
 def build_self_int8(main: Loaded) -> Loaded:
@@ -317,17 +549,17 @@ def build_self_int8(main: Loaded) -> Loaded:
 
     Returned as a WhisperForCausalLM so transformers' assisted generation can use it as a
     decoder-only assistant that reads the main's encoder outputs, exactly like a distil model.
-    CPU only: fbgemm int8 kernels have no CUDA counterpart.
+    It computes in fp32 whatever the main's dtype: encoder outputs in another dtype are cast on
+    the way in. CPU only: fbgemm int8 kernels have no CUDA counterpart.
     """
     from transformers import WhisperForCausalLM
 
     if main.device.type != "cpu":
-        raise CheckpointError(
-            "self-int8 drafts run on the CPU only; on GPU pick a distil or smaller assistant."
-        )
+        raise CheckpointError(SELF_INT8_CPU_ONLY)
     start = time.perf_counter()
     config = copy.deepcopy(main.model.config)
     config.architectures = ["WhisperForCausalLM"]
+    config.dtype = torch.float32
     # tanh GELU: an approximation a draft can afford; exact GELU cost ~7x more per call here
     config.activation_function = "gelu_pytorch_tanh"
     draft = WhisperForCausalLM(config).eval()
@@ -341,16 +573,20 @@ def build_self_int8(main: Loaded) -> Loaded:
         draft = quantize_dynamic(
             draft, {torch.nn.Linear: per_channel_dynamic_qconfig}, dtype=torch.qint8
         )
+    draft.model.decoder.register_forward_pre_hook(_float32_encoder_states, with_kwargs=True)
     draft.generation_config = copy.deepcopy(main.model.generation_config)
     ckpt = Checkpoint(SELF_INT8, main.checkpoint.family, True, main.checkpoint.d_model, 0)
-    return Loaded(ckpt, draft, None, time.perf_counter() - start, main.device, torch.float32)
+    load_s = time.perf_counter() - start
+    return Loaded(ckpt, draft, None, load_s, main.device, torch.float32, main.revision)
 
 
 class ModelCache:
     """A small LRU of loaded checkpoints, so a request never reloads what an earlier one loaded.
 
-    Keys are (id, device, dtype); the self-int8 draft is keyed by its main. A failed load leaves
-    the others untouched.
+    Keys are (id, folder, device, dtype); the self-int8 draft is keyed by its main's. A failed
+    load (out of memory or anything else) empties the whole cache, so the memory a half-loaded
+    model or its neighbours held is free for the next request, and raises CheckpointError with
+    one sentence. Problems found before loading (unknown id, the Hub offline) leave it alone.
     """
 
     def __init__(self, capacity: int = 4):
@@ -365,17 +601,39 @@ class ModelCache:
             if key in self._items:
                 self._items.move_to_end(key)
                 return self._items[key]
-            loaded = _load_model(ckpt, device, dtype)
+            _locate(ckpt)  # refusals worded before anything loads keep the cache
+            where = "folder" if ckpt.path is not None else "Hub checkpoint"
+            what, hub = f"the {where} '{ckpt.label}'", ckpt.path is None
+            loaded = self._load(what, hub, device, dtype, lambda: _load_model(ckpt, device, dtype))
             self._put(key, loaded)
             return loaded
 
     def self_int8(self, main: Loaded) -> Loaded:
-        key = (SELF_INT8, main.checkpoint.id, str(main.checkpoint.path), str(main.device))
+        ckpt = main.checkpoint
+        key = (SELF_INT8, ckpt.id, str(ckpt.path), str(main.device), str(main.dtype))
         with self._lock:
             if key not in self._items:
-                self._put(key, build_self_int8(main))
+                if main.device.type != "cpu":
+                    raise CheckpointError(SELF_INT8_CPU_ONLY)  # a refusal: nothing to empty
+                what = f"the {SELF_INT8} draft of '{ckpt.label}'"
+                build = lambda: build_self_int8(main)  # noqa: E731
+                self._put(key, self._load(what, False, main.device, main.dtype, build))
             self._items.move_to_end(key)
             return self._items[key]
+
+    def _load(
+        self,
+        what: str,
+        hub: bool,
+        device: torch.device,
+        dtype: torch.dtype,
+        load: Callable[[], Loaded],
+    ) -> Loaded:
+        try:
+            return load()
+        except Exception as e:
+            self.clear()
+            raise _load_failure(what, hub, device, dtype, e) from e
 
     def _put(self, key: tuple, loaded: Loaded) -> None:
         self.total_load_s += loaded.load_time_s
@@ -386,6 +644,7 @@ class ModelCache:
     def clear(self) -> None:
         with self._lock:
             self._items.clear()
+        gc.collect()  # a failed load's tensors may sit in reference cycles (tracebacks)
         if torch.cuda.is_available():
             torch.cuda.empty_cache()
 

@@ -12,8 +12,13 @@ It pip-installs the weight packages if they are missing, converts into a per-use
 (`$XDG_CACHE_HOME/specwhisper/offline/<name>`), links or copies the result into the models
 folder, and verifies every folder it hands out. Reruns skip folders that verify.
 
+`build_distil_student` makes a distil-shaped assistant from a converted folder, the way
+Distil-Whisper initialises its students (the teacher's encoder, a 2-layer decoder copied from
+the teacher's first and last layers), saved as distil-whisper's repos are saved.
+
 It does not download from the Hub, does not run or time models, and knows nothing about
-speculative decoding; `models.py` decides which checkpoints the app lists.
+speculative decoding; `models.py` decides which checkpoints the app lists (and owns
+`models_dir()`, the one definition of the models folder).
 """
 
 from __future__ import annotations
@@ -37,6 +42,8 @@ from pathlib import Path
 import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
+
+from specwhisper.models import DISTIL_FILE, models_dir
 
 STAMP_FILE = "specwhisper-offline.json"
 STAMP_VERSION = 2
@@ -76,11 +83,6 @@ SOURCES: tuple[OfflineSource, ...] = (
         model_parts=("data/model.bin.part1", "data/model.bin.part2"),
     ),
 )
-
-
-def models_dir() -> Path:
-    """The models folder: env SPECWHISPER_MODELS, default ./models (against the cwd)."""
-    return Path(os.environ.get("SPECWHISPER_MODELS", "models")).expanduser().resolve()
 
 
 def cache_dir() -> Path:
@@ -398,6 +400,67 @@ def convert_ct2(src: Path | Sequence[Path], out_dir: Path, name: str) -> Path:
     for path in out_dir.iterdir():
         path.chmod(0o644)
     return out_dir
+
+
+# --- a distil-shaped student -----------------------------------------------------------------
+
+
+def build_distil_student(
+    base_folder: Path, out_folder: Path, *, teacher: str | None = None
+) -> Path:
+    """Write a 2-layer distil-style student of the checkpoint in `base_folder` to `out_folder`.
+
+    Initialised as Distil-Whisper initialises its students (training/create_student_model.py in
+    huggingface/distil-whisper): the teacher's whole encoder, embeddings and final layer norm,
+    and a decoder of 2 layers copied from the teacher's first and last. It is untrained, so its
+    drafts are poor; what it shares with distil-large-v2 is the shape and the files: a full
+    WhisperForConditionalGeneration checkpoint (config.json with decoder_layers=2,
+    model.safetensors), the teacher's generation config without forced_decoder_ids, tokenizer
+    and feature extractor. The app loads only its decoder (WhisperForCausalLM), as it loads the
+    Hub's distil repos; `models.DISTIL_FILE`, naming the teacher (default: the base folder's
+    name), is what tells models.py the folder is a decoder-only assistant.
+
+    Replaces `out_folder` and returns it.
+    """
+    import copy
+
+    from transformers import GenerationConfig, WhisperForConditionalGeneration, WhisperProcessor
+
+    base_folder, out_folder = Path(base_folder), Path(out_folder)
+    teacher_model = WhisperForConditionalGeneration.from_pretrained(
+        base_folder, dtype=torch.float32, use_safetensors=True
+    )
+    n_layers = teacher_model.config.decoder_layers
+    picked = (0, n_layers - 1)  # teacher layer of each student layer
+    config = copy.deepcopy(teacher_model.config)
+    config.decoder_layers = len(picked)
+    student = WhisperForConditionalGeneration(config).eval()
+    missing, _ = student.load_state_dict(teacher_model.state_dict(), strict=False)
+    if missing:
+        raise OfflineModelsError(f"{base_folder}: the student lacks {missing[:5]}")
+    for student_layer, teacher_layer in enumerate(picked):
+        student.model.decoder.layers[student_layer].load_state_dict(
+            teacher_model.model.decoder.layers[teacher_layer].state_dict()
+        )
+
+    generation = GenerationConfig.from_pretrained(base_folder)
+    generation.forced_decoder_ids = None
+    # Cross-attention heads used for word timestamps: keep those of the last layer, now layer 1.
+    heads = getattr(generation, "alignment_heads", None) or []
+    generation.alignment_heads = [[1, h] for layer, h in heads if layer == n_layers - 1] or None
+
+    if out_folder.exists():
+        shutil.rmtree(out_folder)
+    out_folder.mkdir(parents=True)
+    student.save_pretrained(out_folder)
+    generation.save_pretrained(out_folder)
+    WhisperProcessor.from_pretrained(base_folder).save_pretrained(out_folder)
+    normalizer = base_folder / "normalizer.json"  # English spellings; empty ones are not saved
+    if normalizer.is_file() and not (out_folder / normalizer.name).exists():
+        shutil.copy(normalizer, out_folder / normalizer.name)
+    marker = {"teacher": teacher or base_folder.name, "teacher_decoder_layers": list(picked)}
+    (out_folder / DISTIL_FILE).write_text(json.dumps(marker, indent=2) + "\n")
+    return out_folder
 
 
 # --- verification -----------------------------------------------------------------------------

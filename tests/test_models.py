@@ -98,3 +98,42 @@ def test_self_int8_is_the_main_decoder_in_int8(tiny_models):
     ]
     assert not linears and len(quantized) > 0
     assert draft.checkpoint.decoder_only and draft.checkpoint.family == main.checkpoint.family
+
+
+def test_one_models_folder_with_home_expanded(monkeypatch, tmp_path):
+    from specwhisper import offline
+
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("SPECWHISPER_MODELS", "~/weights")
+    assert models.models_dir() == tmp_path.resolve() / "weights"
+    assert offline.models_dir is models.models_dir  # the converter writes where the app reads
+
+
+def test_self_int8_is_cached_per_main_dtype(tiny_models):
+    cache = models.ModelCache()
+    ckpt = models._local_checkpoint(tiny_models / "tiny-random-a")
+    fp32 = cache.get(ckpt, torch.device("cpu"), torch.float32)
+    bf16 = cache.get(ckpt, torch.device("cpu"), torch.bfloat16)
+    draft_fp32, draft_bf16 = cache.self_int8(fp32), cache.self_int8(bf16)
+    assert draft_fp32 is not draft_bf16  # each is built from its own main's (rounded) weights
+    assert cache.self_int8(bf16) is draft_bf16 and cache.self_int8(fp32) is draft_fp32
+
+
+def test_self_int8_reads_half_precision_encoder_outputs(tiny_models):
+    """Issue 14 bug 5: transformers' assisted generation hands the int8 draft the main's
+    encoder outputs in the main's dtype; int8 dynamic Linear layers take fp32 only."""
+    from transformers.modeling_outputs import BaseModelOutput
+
+    cache = models.ModelCache()
+    ckpt = models._local_checkpoint(tiny_models / "tiny-random-a")
+    main = cache.get(ckpt, torch.device("cpu"), torch.bfloat16)
+    draft = cache.self_int8(main)
+    torch.manual_seed(0)
+    features = torch.randn(1, 80, 3000, dtype=torch.bfloat16)
+    with torch.inference_mode():
+        hidden = main.model.get_encoder()(features).last_hidden_state  # [1, 1500, D] bf16
+        ids = torch.tensor([[main.model.generation_config.decoder_start_token_id]])
+        half = draft.model(input_ids=ids, encoder_outputs=BaseModelOutput(hidden)).logits
+        full = draft.model(input_ids=ids, encoder_outputs=(hidden.float(),)).logits
+    assert hidden.dtype == torch.bfloat16 and half.dtype == torch.float32
+    assert torch.equal(half, full)
