@@ -119,6 +119,8 @@ class Comparison:
     duration_s: float  # audio length
     language: str | None  # as requested (None: auto-detected)
     task: str | None
+    main_revision: str | None = None  # Hub commit hash of the main's snapshot; None: local folder
+    assistant_revision: str | None = None  # the assistant's (self-int8: its main's)
 
     @property
     def identical(self) -> bool:
@@ -205,6 +207,8 @@ class Comparison:
             "gamma_schedule": self.gamma_schedule,
             "main": self.main,
             "assistant": self.assistant,
+            "main_revision": self.main_revision,
+            "assistant_revision": self.assistant_revision,
             "device": self.device,
             "dtype": self.dtype,
             "engine": self.engine,
@@ -360,6 +364,8 @@ def comparison_of(
         duration_s=duration_s,
         language=language,
         task=None if main.checkpoint.english_only else req.task,
+        main_revision=main.revision,
+        assistant_revision=draft.revision,
     )
 
 
