@@ -4,8 +4,9 @@
         --manifest ../shared/data/speech/manifest.tsv --category read --repeats 3 --peer
 
 For every clip it times the plain `generate` baseline and the speculative engine (and, with
-`--peer`, transformers' own assisted generation with the same assistant) alternately in one
-`timing.alternate` call, after a warm-up and between device syncs, and keeps the medians. It
+`--peer`, transformers' own assisted generation with the same assistant) alternately, after a
+warm-up and between device syncs, with the page's own code (`compare.compare_loaded`), and
+keeps the medians. It
 prints a table (progress bar on stderr), writes `results.json` and `speedups.png` to `--out`,
 and its last stdout line is one JSON object with the totals, hardware and library versions.
 
@@ -13,7 +14,8 @@ The formulas (speed-up, acceptance alpha, cost ratio c, Leviathan's prediction) 
 compare.Comparison's; totals apply them to all clips' decoding runs pooled. It does not
 download anything a manifest names, retry failed clips, or judge speed: clips whose
 transcripts differ are reported in the JSON, and the exit code is still 0. Bad input (manifest,
-audio file, checkpoint, pair, language) is one line on stderr and exit code 2.
+audio file, checkpoint, pair, language), and a GPU running out of memory, is one line on
+stderr and exit code 2.
 """
 
 from __future__ import annotations
@@ -43,7 +45,6 @@ from specwhisper.audio import SAMPLE_RATE, AudioLimits, load_audio
 from specwhisper.compare import CompareRequest, Comparison
 from specwhisper.decoding import WINDOW_S, DecodeResult
 from specwhisper.examples import Example
-from specwhisper.timing import alternate
 
 EXIT_BAD_INPUT = 2
 # Benchmark clips are the user's own local files, not uploads: only sanity limits apply.
@@ -341,48 +342,28 @@ def run_clip(
     max_new_tokens: int | None = None,
     on_run: Callable[[str], None] = lambda name: None,
 ) -> ClipResult:
-    """Time baseline, speculative (and peer) alternately on one clip; score the transcripts.
-    `peer`: the peer's (gamma, schedule), or None to time no peer."""
-    opts = compare.decode_options(req, main, clip.language, max_new_tokens)
-    features = decoding.prepare_features(main, clip.samples)
-
-    def run(name: str, fn: Callable[[], DecodeResult]) -> Callable[[], DecodeResult]:
-        def step() -> DecodeResult:
-            on_run(name)
-            return fn()
-
-        return step
-
-    runs = {
-        "baseline": run("baseline", lambda: decoding.decode_baseline(main, features, opts)),
-        "speculative": run(
-            req.engine, lambda: decoding.decode_speculative(main, draft, features, opts)
-        ),
-    }
+    """Time baseline, speculative (and peer) alternately on one clip, as compare() does, and
+    score the transcripts. `peer`: the peer's (gamma, schedule), or None to time no peer."""
+    peer_req = None
     if peer is not None:
-        peer_opts = dataclasses.replace(
-            opts, engine=PEER_ENGINE, gamma=peer[0], gamma_schedule=peer[1]
-        )
-        runs["peer"] = run(
-            "peer", lambda: decoding.decode_speculative(main, draft, features, peer_opts)
-        )
-    timings = alternate(runs, repeats=req.repeats, warmup=1, device=main.device)
-
-    def comparison(side: str, engine: str) -> Comparison:
-        return compare.comparison_of(
-            timings["baseline"],
-            timings[side],
-            req,
-            main,
-            draft,
-            load_time_s=0.0,
-            duration_s=len(clip.samples) / decoding.SAMPLE_RATE,
-            language=clip.language,
-            engine=engine,
+        peer_req = dataclasses.replace(
+            req, engine=PEER_ENGINE, gamma=peer[0], gamma_schedule=peer[1]
         )
 
-    ours = comparison("speculative", req.engine)
-    theirs = comparison("peer", PEER_ENGINE) if peer is not None else None
+    def around(side: str, run: Callable[[], DecodeResult]) -> DecodeResult:
+        on_run(req.engine if side == "speculative" else side)
+        return run()
+
+    ours, theirs = compare.compare_loaded(
+        clip.samples,
+        req,
+        main,
+        draft,
+        language=clip.language,
+        peer=peer_req,
+        max_new_tokens=max_new_tokens,
+        around=around,
+    )
     normalize = normalizer(clip.language or ("en" if main.checkpoint.english_only else None), main)
     scored = Scored(
         reference=normalize(clip.reference),
@@ -441,7 +422,6 @@ def _pooled(results: list[DecodeResult]) -> DecodeResult:
         steps=tuple(step for r in results for step in r.steps),
         main_forward_s=sum(r.main_forward_s for r in results),
         draft_s=sum(r.draft_s for r in results),
-        n_draft_forwards=sum(r.n_draft_forwards for r in results),
     )
 
 
@@ -781,7 +761,7 @@ def print_header(
     libs: dict[str, str],
     clips: list[Clip],
 ) -> None:
-    audio_s = sum(len(c.samples) for c in clips) / decoding.SAMPLE_RATE
+    audio_s = sum(len(c.samples) for c in clips) / SAMPLE_RATE
     peer = (
         f" (peer: {PEER_ENGINE} assisted generation, gamma {settings['peer_gamma']} "
         f"{settings['peer_gamma_schedule']})"
@@ -827,7 +807,11 @@ def main(argv: list[str] | None = None) -> int:
     settings = settings_of(args, req, main_model, draft, load_s)
     hw, libs = hardware(main_model.device), versions()
     print_header(console, settings, hw, libs, clips)
-    results = run_all(clips, req, main_model, draft, args)
+    try:
+        results = run_all(clips, req, main_model, draft, args)
+    except compare.CompareError as e:  # the GPU ran out of memory
+        print(f"error: {e}", file=sys.stderr, flush=True)
+        return EXIT_BAD_INPUT
     total = totals(results)
     print_table(console, results, total)
 

@@ -10,6 +10,7 @@ It does not decode audio files (see audio) and knows nothing about Gradio.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import statistics
 from collections.abc import Callable
@@ -20,10 +21,12 @@ import numpy as np
 import torch
 
 from specwhisper import decoding, models
+from specwhisper.audio import SAMPLE_RATE
 from specwhisper.decoding import DecodeOptions, DecodeResult, Features
 from specwhisper.timing import Timings, alternate
 
 Progress = Callable[[float, str], None]  # (fraction done, what is happening)
+Around = Callable[[str, Callable[[], DecodeResult]], DecodeResult]  # (side, its run) -> result
 
 
 class CompareError(ValueError):
@@ -273,24 +276,19 @@ def compare(
 ) -> Comparison:
     """Transcribe `samples` (float32 mono 16 kHz) with and without the assistant."""
     main, draft, load_s = load_pair(req, cache=cache, progress=progress)
-    code = language_code(req.language)
-    opts = decode_options(req, main, code)
-    features: Features = decoding.prepare_features(main, samples)
     n_runs = 2 * (req.repeats + 1)
-    n_windows = max(1, math.ceil(features.duration_s / decoding.WINDOW_S))
+    n_windows = max(1, math.ceil(len(samples) / SAMPLE_RATE / decoding.WINDOW_S))
     done = [0]
 
-    def run(name: str, fn: Callable[[], DecodeResult]) -> DecodeResult:
+    def run(side: str, fn: Callable[[], DecodeResult]) -> DecodeResult:
         """One run, reporting progress at its start and at each 30 s window it encodes."""
-        if not progress:
-            return fn()
         run_index, window = done[0], [0]
         done[0] += 1
 
         def on_window(*_: Any) -> None:
             window[0] += 1
             where = run_index + min(window[0], n_windows) / (n_windows + 1)
-            label = f"{name} run {run_index // 2 + 1} of {req.repeats + 1}"
+            label = f"{side.capitalize()} run {run_index // 2 + 1} of {req.repeats + 1}"
             if n_windows > 1:
                 label += f", window {window[0]} of ~{n_windows}"
             progress(0.2 + 0.8 * where / n_runs, label)
@@ -303,35 +301,73 @@ def compare(
         finally:
             hook.remove()
 
-    def baseline() -> DecodeResult:
-        return run("Baseline", lambda: decoding.decode_baseline(main, features, opts))
+    ours, _ = compare_loaded(
+        samples,
+        req,
+        main,
+        draft,
+        language=language_code(req.language),
+        load_time_s=load_s,
+        cache=cache,
+        around=run if progress else None,
+    )
+    return ours
 
-    def speculative() -> DecodeResult:
-        return run("Speculative", lambda: decoding.decode_speculative(main, draft, features, opts))
 
+def compare_loaded(
+    samples: np.ndarray,
+    req: CompareRequest,
+    main: models.Loaded,
+    draft: models.Loaded,
+    *,
+    language: str | None,
+    peer: CompareRequest | None = None,
+    max_new_tokens: int | None = None,
+    load_time_s: float = 0.0,
+    cache: models.ModelCache = models.CACHE,
+    around: Around | None = None,
+) -> tuple[Comparison, Comparison | None]:
+    """compare() on models already loaded, for the page and the benchmark alike.
+
+    Times the baseline and `req`'s speculative engine, and with `peer` (the same request with
+    another engine, gamma or schedule) a third run, alternately after one warm-up each; the peer
+    is compared with the same baseline runs. `language` is the Whisper code (None: detect).
+    `around(side, run)` wraps every run ("baseline", "speculative", "peer") and returns its
+    result, for progress reports. A GPU out-of-memory empties `cache` and becomes a CompareError.
+    """
+    features: Features = decoding.prepare_features(main, samples)
+    opts = decode_options(req, main, language, max_new_tokens)
+    runs: dict[str, Callable[[], DecodeResult]] = {
+        "baseline": lambda: decoding.decode_baseline(main, features, opts),
+        "speculative": lambda: decoding.decode_speculative(main, draft, features, opts),
+    }
+    if peer is not None:
+        peer_opts = decode_options(peer, main, language, max_new_tokens)
+        runs["peer"] = lambda: decoding.decode_speculative(main, draft, features, peer_opts)
+    if around is not None:
+        runs = {side: functools.partial(around, side, fn) for side, fn in runs.items()}
     try:
-        timings = alternate(
-            {"baseline": baseline, "speculative": speculative},
-            repeats=req.repeats,
-            warmup=1,
-            device=main.device,
-        )
+        timings = alternate(runs, repeats=req.repeats, warmup=1, device=main.device)
     except torch.cuda.OutOfMemoryError as e:
         cache.clear()
         raise CompareError(
             "The GPU ran out of memory for this pair and audio; the model cache was emptied. "
             "Try a smaller checkpoint or shorter audio."
         ) from e
-    return comparison_of(
-        timings["baseline"],
-        timings["speculative"],
-        req,
-        main,
-        draft,
-        load_time_s=load_s,
-        duration_s=len(samples) / decoding.SAMPLE_RATE,
-        language=code,
-    )
+
+    def comparison(side: str, side_req: CompareRequest) -> Comparison:
+        return comparison_of(
+            timings["baseline"],
+            timings[side],
+            side_req,
+            main,
+            draft,
+            load_time_s=load_time_s,
+            duration_s=len(samples) / SAMPLE_RATE,
+            language=language,
+        )
+
+    return comparison("speculative", req), comparison("peer", peer) if peer else None
 
 
 def comparison_of(
@@ -344,7 +380,6 @@ def comparison_of(
     load_time_s: float,
     duration_s: float,
     language: str | None,
-    engine: str | None = None,
 ) -> Comparison:
     """A Comparison from the timed runs of both sides (the medians become their times)."""
     return Comparison(
@@ -356,7 +391,7 @@ def comparison_of(
         assistant=draft.checkpoint.label,
         device=device_name(main.device),
         dtype=str(main.dtype).removeprefix("torch."),
-        engine=engine or req.engine,
+        engine=req.engine,
         repeats=req.repeats,
         gamma=req.gamma,
         gamma_schedule=req.gamma_schedule,

@@ -157,6 +157,27 @@ def test_bad_input_is_one_line_and_exit_2(
     assert not (tmp_path / "out").exists()
 
 
+def test_gpu_out_of_memory_is_one_line_and_exit_2(
+    tiny_models, use_models, tmp_path, capsys, monkeypatch
+):
+    """The bench runs compare's orchestration, so it handles running out of GPU memory too
+    (raised here where a CUDA run would raise it: there is no GPU in CI)."""
+    import torch
+
+    from specwhisper import decoding
+
+    def out_of_memory(*args, **kwargs):
+        raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    use_models(tiny_models)
+    monkeypatch.setattr(decoding, "decode_speculative", out_of_memory)
+    manifest = write_manifest(tmp_path / "clips", TINY_CLIPS[:1])
+    args = ["--main", "tiny-random-a", "--assistant", "tiny-random-b", "--manifest", str(manifest)]
+    assert bench.main([*args, "--repeats", "1", "--out", str(tmp_path / "out")]) == 2
+    last = capsys.readouterr().err.strip().splitlines()[-1]
+    assert last.startswith("error: The GPU ran out of memory for this pair and audio")
+
+
 @pytest.mark.parametrize(
     "flags",
     [["--peer-gamma", "3"], ["--peer", "--peer-gamma", "0"], ["--peer-gamma-schedule", "constant"]],

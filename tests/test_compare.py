@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import numpy as np
 import pytest
+import torch
 
-from specwhisper import compare, models
+from specwhisper import compare, decoding, models
 from specwhisper.compare import CompareError, CompareRequest
 
 
@@ -41,6 +42,24 @@ def test_long_audio_reports_progress_per_window(tiny_models, use_models):
     d = result.to_dict()
     assert d["identical"] and d["first_divergence"] is None
     assert {"alpha", "gamma", "gamma_schedule", "predicted_speedup"} <= set(d)
+
+
+def test_gpu_out_of_memory_empties_the_cache_and_says_so(tiny_models, use_models, monkeypatch):
+    """No GPU here: the out-of-memory error is raised where a CUDA run would raise it."""
+    use_models(tiny_models)
+
+    def out_of_memory(*args, **kwargs):
+        raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    monkeypatch.setattr(decoding, "decode_speculative", out_of_memory)
+    cache = models.ModelCache()
+    req = CompareRequest(main="tiny-random-a", assistant="tiny-random-b", repeats=1)
+    samples = (np.random.default_rng(0).standard_normal(16_000) * 0.2).astype(np.float32)
+    with pytest.raises(CompareError, match="ran out of memory .* the model cache was emptied"):
+        compare.compare(samples, req, cache=cache)
+    loaded_s = cache.total_load_s
+    compare.load_pair(req, cache=cache)
+    assert cache.total_load_s > loaded_s  # both checkpoints were loaded again
 
 
 @pytest.mark.slow
