@@ -487,6 +487,16 @@ def _locate(ckpt: Checkpoint) -> tuple[str, str | None]:
     return str(snapshot.folder), snapshot.revision
 
 
+def _device_map_loading(device: torch.device) -> bool:
+    """Load with device_map (transformers' accelerate path: each tensor goes from the file
+    straight to the GPU, so a large checkpoint never needs a full copy in CPU memory) on a
+    dedicated GPU. Not on the CPU, where loading stays as it was, and not on ZeroGPU
+    (SPACES_ZERO_GPU, as `spaces` reads it), whose documented pattern is a plain `.to("cuda")`
+    at import, which it records and replays in each GPU worker."""
+    zero_gpu = os.environ.get("SPACES_ZERO_GPU", "").lower() in ("1", "t", "true")
+    return device.type == "cuda" and not zero_gpu
+
+
 def _load_model(ckpt: Checkpoint, device: torch.device, dtype: torch.dtype) -> Loaded:
     """from_pretrained, safetensors only. Raises whatever loading raises (ModelCache.get words
     it and empties the cache), or CheckpointError before loading starts."""
@@ -497,13 +507,11 @@ def _load_model(ckpt: Checkpoint, device: torch.device, dtype: torch.dtype) -> L
     kwargs: dict[str, Any] = dict(dtype=dtype, use_safetensors=True, trust_remote_code=False)
     if source == ckpt.id:
         kwargs["cache_dir"] = str(hub_cache_dir())  # the cache cached_snapshot reads
-    if device.type == "cuda":
-        # accelerate's loading: each tensor goes from the file straight to the GPU, so a large
-        # checkpoint never needs a full copy in CPU memory first. The CPU path is unchanged.
+    if _device_map_loading(device):
         kwargs["device_map"] = str(device)
     cls = WhisperForCausalLM if ckpt.decoder_only else WhisperForConditionalGeneration
     model = cls.from_pretrained(source, **kwargs)
-    if device.type != "cuda":
+    if "device_map" not in kwargs:
         model = model.to(device)
     model.eval()
     processor = None

@@ -228,10 +228,11 @@ def test_refusals_before_loading_keep_the_cache(tiny_models, use_models, hub_cac
     assert cache.get(resolve("tiny-random-a"), CPU, torch.float32) is kept
 
 
-def test_cuda_loads_go_through_device_map(tiny_models, monkeypatch):
-    """On CUDA, transformers places each tensor on the GPU as it reads it (device_map, with
-    accelerate), instead of building the model in CPU memory first. Checked without a GPU by
-    recording the call and loading on the CPU."""
+def test_cuda_loads_go_through_device_map_except_on_zero_gpu(tiny_models, monkeypatch):
+    """On a dedicated GPU, transformers places each tensor on the GPU as it reads it
+    (device_map, with accelerate), instead of building the model in CPU memory first; ZeroGPU
+    gets the `.to("cuda")` it records. Checked without a GPU by recording the call and loading
+    on the CPU."""
     original = WhisperForConditionalGeneration.from_pretrained.__func__
     calls: list[dict] = []
 
@@ -244,9 +245,12 @@ def test_cuda_loads_go_through_device_map(tiny_models, monkeypatch):
         WhisperForConditionalGeneration, "from_pretrained", classmethod(from_pretrained)
     )
     ckpt = models._local_checkpoint(tiny_models / "tiny-random-a")
+    monkeypatch.delenv("SPACES_ZERO_GPU", raising=False)
     models._load_model(ckpt, torch.device("cuda"), torch.float16)
     models._load_model(ckpt, CPU, torch.float32)
     assert calls[0]["device_map"] == "cuda" and "device_map" not in calls[1]
+    monkeypatch.setenv("SPACES_ZERO_GPU", "true")
+    assert not models._device_map_loading(torch.device("cuda"))
 
 
 # --- real weights -----------------------------------------------------------------------------
