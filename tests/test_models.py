@@ -79,8 +79,9 @@ def test_local_folders_are_listed_and_broken_ones_explained(tiny_models, use_mod
     assert models.SELF_INT8 not in models.assistant_choices(main, include_hub=False, on_gpu=True)
 
 
-def test_hub_ids_fail_clearly_offline(monkeypatch):
+def test_hub_ids_fail_clearly_offline(monkeypatch, tmp_path):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))  # an empty cache: nothing to fall back on
     with pytest.raises(CheckpointError, match="offline mode"):
         models.ModelCache().get(resolve("openai/whisper-tiny"), torch.device("cpu"), torch.float32)
 
