@@ -46,6 +46,7 @@ from specwhisper.audio import SAMPLE_RATE, AudioError, AudioLimits, load_audio
 from specwhisper.compare import CompareError, CompareRequest
 from specwhisper.examples import Example, read_manifest
 from specwhisper.models import CheckpointError
+from specwhisper.schedule import SCHEDULES
 
 try:  # ZeroGPU on Hugging Face Spaces; a no-op decorator everywhere else
     import spaces
@@ -917,7 +918,7 @@ def build_demo() -> gr.Blocks:
                 with gr.Accordion("Advanced", open=False):
                     gamma = gr.Slider(0, 16, value=5, step=1, label="Draft tokens per step (γ)")
                     schedule = gr.Radio(
-                        list(decoding.SCHEDULES),
+                        list(SCHEDULES),
                         value="adaptive",
                         label="γ schedule",
                         info="adaptive: γ from measured acceptance and costs (Leviathan's "

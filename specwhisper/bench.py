@@ -6,9 +6,9 @@
 For every clip it times the plain `generate` baseline and the speculative engine (and, with
 `--peer`, transformers' own assisted generation with the same assistant) alternately, after a
 warm-up and between device syncs, with the page's own code (`compare.compare_loaded`), and
-keeps the medians. It
-prints a table (progress bar on stderr), writes `results.json` and `speedups.png` to `--out`,
-and its last stdout line is one JSON object with the totals, hardware and library versions.
+keeps the medians. It prints a table (progress bar on stderr), writes `results.json` and
+`speedups.png` to `--out`, and its last stdout line is one JSON object with the totals,
+hardware and library versions.
 
 The formulas (speed-up, acceptance alpha, cost ratio c, Leviathan's prediction) are
 compare.Comparison's; totals apply them to all clips' decoding runs pooled. It does not
@@ -40,7 +40,7 @@ import numpy as np
 import torch
 
 import specwhisper
-from specwhisper import compare, decoding, examples, models
+from specwhisper import compare, decoding, examples, models, schedule
 from specwhisper.audio import SAMPLE_RATE, AudioLimits, load_audio
 from specwhisper.compare import CompareRequest, Comparison
 from specwhisper.decoding import WINDOW_S, DecodeResult
@@ -631,11 +631,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--out", default="bench-out", help="folder for results.json and the PNG")
     parser.add_argument("--engine", default="specwhisper", choices=decoding.ENGINES)
     parser.add_argument("--gamma", type=int, default=5, help="draft tokens per step (start value)")
-    parser.add_argument("--gamma-schedule", default="adaptive", choices=decoding.SCHEDULES)
+    parser.add_argument("--gamma-schedule", default="adaptive", choices=schedule.SCHEDULES)
     parser.add_argument("--peer-gamma", type=int, help="the peer's draft tokens (default: --gamma)")
     parser.add_argument(
         "--peer-gamma-schedule",
-        choices=decoding.SCHEDULES,
+        choices=schedule.SCHEDULES,
         help="the peer's schedule (default: --gamma-schedule); adaptive is transformers' own "
         "dynamic drafting (confidence threshold 0.4)",
     )

@@ -6,9 +6,10 @@ in tests.
 
 from __future__ import annotations
 
+import contextlib
 import statistics
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -19,6 +20,12 @@ def sync(device: torch.device | str | None = None) -> None:
     """Wait for queued device work, so a timer brackets what actually ran."""
     if torch.cuda.is_available() and (device is None or torch.device(device).type == "cuda"):
         torch.cuda.synchronize()
+
+
+def clock(device: torch.device | str | None = None) -> float:
+    """perf_counter after a device sync: on CUDA, a read without one measures kernel launches."""
+    sync(device)
+    return time.perf_counter()
 
 
 def timed(fn: Callable[[], Any], device: torch.device | str | None = None) -> tuple[Any, float]:
@@ -71,3 +78,46 @@ def alternate(
             results[name], seconds = timed(runs[name], device)
             times[name].append(seconds)
     return {name: Timings(tuple(times[name]), results[name]) for name in names}
+
+
+class ForwardMeter:
+    """Counts and times (device-synced) the forward calls of one module while active.
+
+    `paused()` hides calls made meanwhile: a main model drafting for itself runs the same
+    decoder, and those passes are the draft's, not the main's.
+    """
+
+    def __init__(self, module: torch.nn.Module, device: torch.device | str | None = None):
+        self.module, self.device = module, device
+        self.n_calls, self.total_s = 0, 0.0
+        self._start = 0.0
+        self._paused = False
+        self._handles: list[Any] = []
+
+    def __enter__(self) -> ForwardMeter:
+        self._handles = [
+            self.module.register_forward_pre_hook(self._pre),
+            self.module.register_forward_hook(self._post),
+        ]
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        for h in self._handles:
+            h.remove()
+
+    @contextlib.contextmanager
+    def paused(self) -> Iterator[None]:
+        was, self._paused = self._paused, True
+        try:
+            yield
+        finally:
+            self._paused = was
+
+    def _pre(self, *_: Any) -> None:
+        if not self._paused:
+            self.n_calls += 1
+            self._start = clock(self.device)
+
+    def _post(self, *_: Any) -> None:
+        if not self._paused:
+            self.total_s += clock(self.device) - self._start

@@ -77,3 +77,18 @@ def test_the_53_s_sonnet_is_identical_window_by_window(real_models, shared_speec
     assert result.speculative.segments == result.baseline.segments
     assert result.baseline.segments[-1].end_s > 45
     assert "from fairest creatures we desire increase" in result.baseline.text.lower()
+
+
+def test_transformers_engine_refuses_zero_draft_tokens(tiny_models, use_models):
+    """transformers drafts at least one token: gamma 0 is refused, not silently run as 1."""
+    use_models(tiny_models)
+    samples = (np.random.default_rng(1).standard_normal(16_000) * 0.2).astype(np.float32)
+    req = CompareRequest(
+        main="tiny-random-a", assistant="tiny-random-b", engine="transformers", gamma=0, repeats=1
+    )
+    with pytest.raises(CompareError, match="at least one token"):
+        compare.compare(samples, req)
+    # our loop takes 0 (no drafting: every step is the main's own) and stays identical
+    result = compare.compare(samples, CompareRequest(**{**req.__dict__, "engine": "specwhisper"}))
+    assert result.identical
+    assert result.speculative.n_draft_tokens == 0

@@ -14,8 +14,10 @@ import numpy as np
 import pytest
 import torch
 
-from specwhisper import decoding, models
-from specwhisper.decoding import DecodeOptions, GammaSchedule
+from specwhisper import decoding, drafters, models
+from specwhisper.decoding import DecodeOptions
+from specwhisper.loop import step_tokens
+from specwhisper.schedule import GammaSchedule
 
 N_INPUTS = 20
 ASSISTANTS = ["tiny-random-a", "tiny-random-b", "tiny-random-decoder", models.SELF_INT8]
@@ -88,11 +90,14 @@ def test_steps_account_for_every_generated_token(loaded):
         language="en", task="transcribe", gamma=3, gamma_schedule="constant", max_new_tokens=40
     )
     spec = decoding.decode_speculative(main, drafts["tiny-random-b"], features, opts)
-    # Prefill gives the first token; each step adds its accepted drafts plus one main token.
-    from_steps = 1 + sum(s.n_accepted + 1 for s in spec.steps)
-    assert from_steps == spec.n_tokens
+    # Replaying the steps gives the tokens (plus the end-of-text the run may have ended on).
+    replayed = [t for s in spec.steps for t in step_tokens(s)]
+    assert replayed[: spec.n_tokens] == list(spec.token_ids)
+    assert len(replayed) - spec.n_tokens in (0, 1)
+    assert spec.steps[0].drafted == () and spec.steps[0].main_token is not None  # prefill
     assert all(len(s.drafted) <= 3 for s in spec.steps)
-    assert spec.n_main_forwards == len(spec.steps) + 1  # no language detection: language given
+    # One main pass per step (prefill included); no language detection: the language is given.
+    assert spec.n_main_forwards == len(spec.steps)
     assert 0.0 <= spec.acceptance_rate <= 1.0
 
 
@@ -144,7 +149,7 @@ def test_lean_self_int8_drafter_computes_the_draft_model(loaded):
         main.model.model.decoder(
             input_ids=torch.tensor([ids[:1]]), encoder_hidden_states=encoder, past_key_values=cache
         )
-        drafter = decoding.make_drafter(drafts[models.SELF_INT8], main)
+        drafter = drafters.make_drafter(drafts[models.SELF_INT8], main)
         drafter.k.fill_(math.nan)  # the cache is never read before it is written
         drafter.v.fill_(math.nan)
         drafter.begin(encoder, cache, features.input_features)
@@ -169,7 +174,7 @@ def test_lean_self_int8_drafter_computes_the_draft_model(loaded):
         # Rolled back to 5 tokens, it continues as if the later ones had never been fed: a
         # chunk after the start (causal mask offset), then single tokens again.
         drafter.accept(5)
-        decoding._crop(theirs_cache.self_attention_cache, 5)
+        drafters.crop_cache(theirs_cache.self_attention_cache, 5)
         drafter._forward([77, 12, 8])
         theirs([77, 12, 8])
         for t in (40, 2):

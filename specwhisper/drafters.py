@@ -1,0 +1,311 @@
+"""Drafters: what proposes tokens for the main model to verify.
+
+A drafter proposes greedy tokens through `propose` and is told what survived through `accept`;
+it never decides what is kept (the loop and the main model do). Two kinds:
+- `Int8SelfDrafter`: the main's own decoder with int8 Linear layers, run through a lean forward
+  (fused int8 QKV, preallocated KV cache, the main's cross-attention keys/values reused).
+- `HFDrafter`: any transformers Whisper model: seq2seq with its own encoder, or a decoder-only
+  (distil) model reading the main's encoder outputs.
+
+It does not load checkpoints (see models) and does not verify tokens (see loop).
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+import torch
+import torch.nn.functional as F
+
+from specwhisper.models import SELF_INT8, Loaded
+
+
+class Drafter(Protocol):
+    def begin(self, encoder_hidden: torch.Tensor, cache: Any, features: torch.Tensor) -> None:
+        """A new window: reset state. `cache` is the main's cache after its prefill pass."""
+
+    def propose(self, tokens: list[int], n: int) -> list[int]:
+        """Greedily continue `tokens` (the whole sequence so far) by n draft tokens."""
+
+    def accept(self, n_valid: int) -> None:
+        """Only the first n_valid tokens of the sequence are final; forget the rest."""
+
+
+class _GreedyDrafter:
+    """Shared greedy proposing: subclasses provide `_forward(ids) -> last logits [V]`, and keep
+    `n` (tokens in their cache), `max_len`, `suppress` ([V] bool, never proposed) and `eos`
+    (end-of-text ids: a draft stops after proposing one, since nothing follows it)."""
+
+    n: int
+    max_len: int
+    suppress: torch.Tensor
+    eos: frozenset[int]
+
+    def _forward(self, ids: list[int]) -> torch.Tensor:
+        raise NotImplementedError
+
+    def propose(self, tokens: list[int], n: int) -> list[int]:
+        n = min(n, self.max_len - len(tokens))
+        drafted: list[int] = []
+        if n <= 0:
+            return drafted
+        logits = self._forward(tokens[self.n :])  # catch up on tokens the main added
+        for _ in range(n):
+            token = int(logits.masked_fill(self.suppress, -math.inf).argmax())
+            drafted.append(token)
+            if token in self.eos or len(drafted) == n:
+                break
+            logits = self._forward([token])
+        return drafted
+
+
+class Int8SelfDrafter(_GreedyDrafter):
+    """The self-int8 draft run through a lean forward with a preallocated KV cache.
+
+    The same int8 weights, tanh GELU and dynamic activation quantization as the self-int8
+    WhisperForCausalLM that transformers' assisted loop uses (models.build_self_int8), with
+    fewer and cheaper tensor ops: the query, key and value projections are one int8 matmul
+    (per-channel quantization is per output row, so fusing them changes nothing), the packed
+    fbgemm weights are called directly, and no transformers cache objects or masks are built.
+    One difference in what it computes: it reuses the main model's fp32 cross-attention
+    keys/values (computed once per window by the main's first pass) instead of projecting the
+    encoder outputs again through int8 weights.
+    """
+
+    def __init__(self, draft: Loaded, suppress: torch.Tensor, eos: frozenset[int]):
+        self.w = _lean_weights(draft.model)
+        self.suppress = suppress  # [V] bool: tokens the draft never proposes
+        self.eos = eos
+        self.max_len = draft.model.config.max_target_positions
+        w = self.w
+        shape = (len(w.layers), w.n_heads, self.max_len, w.head_dim)
+        # [L, H, T_max, Dh]; only positions below n are ever read, and each is written first
+        self.k = torch.empty(shape)
+        self.v = torch.empty(shape)
+        self.cross: list[tuple[torch.Tensor, torch.Tensor]] = []
+        self.n = 0  # tokens whose K/V are in the cache
+
+    def begin(self, encoder_hidden: torch.Tensor, cache: Any, features: torch.Tensor) -> None:
+        # [H, Dh, S] keys, pre-transposed once per window, and [H, S, Dh] values
+        self.cross = [
+            (layer.keys[0].float().transpose(-1, -2).contiguous(), layer.values[0].float())
+            for layer in cache.cross_attention_cache.layers
+        ]
+        self.n = 0
+
+    @torch.inference_mode()
+    def _forward(self, ids: list[int]) -> torch.Tensor:
+        """Feed ids at positions n.. n+len(ids); return last-position logits [V]."""
+        w, linear = self.w, torch.ops.quantized.linear_dynamic
+        start, t, d = self.n, len(ids), self.w.d_model
+        x = w.embed[ids] + w.positions[start : start + t]  # [T, D]
+        mask = None
+        if t > 1:  # causal within the chunk, everything before it visible
+            mask = torch.ones(t, start + t, dtype=torch.bool).tril(start)
+        for i, layer in enumerate(w.layers):
+            h = F.layer_norm(x, (d,), *layer.norm_self)
+            qkv = linear(h, layer.qkv, reduce_range=True)  # [T, 3D], q pre-scaled
+            q = self._heads(qkv[:, :d])  # [H, T, Dh]
+            self.k[i, :, start : start + t] = self._heads(qkv[:, d : 2 * d])
+            self.v[i, :, start : start + t] = self._heads(qkv[:, 2 * d :])
+            k, v = self.k[i, :, : start + t], self.v[i, :, : start + t]
+            a = _attend(q, k.transpose(-1, -2), v, mask)
+            x = x + linear(a.transpose(0, 1).reshape(t, d), layer.out, reduce_range=True)
+            h = F.layer_norm(x, (d,), *layer.norm_cross)
+            q = self._heads(linear(h, layer.cross_q, reduce_range=True))
+            a = _attend(q, *self.cross[i])
+            x = x + linear(a.transpose(0, 1).reshape(t, d), layer.cross_out, reduce_range=True)
+            h = F.layer_norm(x, (d,), *layer.norm_ffn)
+            h = w.activation(linear(h, layer.fc1, reduce_range=True))
+            x = x + linear(h, layer.fc2, reduce_range=True)
+        self.n += t
+        x = F.layer_norm(x[-1:], (d,), *w.norm_final)  # only the last position matters
+        return linear(x, w.head, reduce_range=True)[0]  # [V]
+
+    def _heads(self, x: torch.Tensor) -> torch.Tensor:
+        """[T, D] -> [H, T, Dh]"""
+        return x.view(x.shape[0], self.w.n_heads, self.w.head_dim).transpose(0, 1)
+
+    def accept(self, n_valid: int) -> None:
+        self.n = min(self.n, n_valid)
+
+
+@dataclass(frozen=True)
+class _LeanLayer:
+    norm_self: tuple[torch.Tensor, torch.Tensor]  # layer-norm weight, bias
+    qkv: Any  # fbgemm packed int8 weights (+ fp32 bias): q, k, v stacked
+    out: Any
+    norm_cross: tuple[torch.Tensor, torch.Tensor]
+    cross_q: Any
+    cross_out: Any
+    norm_ffn: tuple[torch.Tensor, torch.Tensor]
+    fc1: Any
+    fc2: Any
+
+
+@dataclass(frozen=True)
+class _LeanWeights:
+    layers: tuple[_LeanLayer, ...]
+    embed: torch.Tensor  # [V, D]
+    positions: torch.Tensor  # [T_max, D]
+    norm_final: tuple[torch.Tensor, torch.Tensor]
+    head: Any
+    activation: Callable[[torch.Tensor], torch.Tensor]
+    n_heads: int
+    head_dim: int
+    d_model: int
+
+
+def _lean_weights(model: torch.nn.Module) -> _LeanWeights:
+    """The self-int8 WhisperForCausalLM's weights, repacked once per model for Int8SelfDrafter."""
+    cached = getattr(model, "_specwhisper_lean", None)
+    if cached is not None:
+        return cached
+    decoder = model.model.decoder
+
+    def norm(m: torch.nn.LayerNorm) -> tuple[torch.Tensor, torch.Tensor]:
+        return m.weight.detach(), m.bias.detach()
+
+    layers = tuple(
+        _LeanLayer(
+            norm_self=norm(layer.self_attn_layer_norm),
+            qkv=_fused_int8(
+                layer.self_attn.q_proj,
+                layer.self_attn.k_proj,
+                layer.self_attn.v_proj,
+                scales=(layer.self_attn.scaling, 1.0, 1.0),
+            ),
+            out=_fused_int8(layer.self_attn.out_proj),
+            norm_cross=norm(layer.encoder_attn_layer_norm),
+            cross_q=_fused_int8(layer.encoder_attn.q_proj, scales=(layer.encoder_attn.scaling,)),
+            cross_out=_fused_int8(layer.encoder_attn.out_proj),
+            norm_ffn=norm(layer.final_layer_norm),
+            fc1=_fused_int8(layer.fc1),
+            fc2=_fused_int8(layer.fc2),
+        )
+        for layer in decoder.layers
+    )
+    config = model.config
+    weights = _LeanWeights(
+        layers=layers,
+        embed=decoder.embed_tokens.weight.detach(),
+        positions=decoder.embed_positions.weight.detach(),
+        norm_final=norm(decoder.layer_norm),
+        head=_fused_int8(model.proj_out),
+        activation=decoder.layers[0].activation_fn,
+        n_heads=config.decoder_attention_heads,
+        head_dim=config.d_model // config.decoder_attention_heads,
+        d_model=config.d_model,
+    )
+    model._specwhisper_lean = weights
+    return weights
+
+
+def _fused_int8(*linears: torch.nn.Module, scales: tuple[float, ...] | None = None) -> Any:
+    """One packed fbgemm weight for dynamic-int8 Linear modules that read the same input, stacked
+    along their outputs (a missing bias is zeros), each output optionally multiplied by a factor
+    (attention's 1/sqrt(head_dim), a power of two for Whisper). Per-channel scales make this
+    exact: stacking and scaling only touch per-row scales and biases, never the int8 values."""
+    weights, biases = [], []
+    for m, factor in zip(linears, scales or (1.0,) * len(linears), strict=True):
+        weight, bias = m._weight_bias()  # per-channel qint8 [out, in], fp32 bias or None
+        weights.append((weight, factor))
+        biases.append(torch.zeros(weight.shape[0]) if bias is None else bias.detach() * factor)
+    weight = torch._make_per_channel_quantized_tensor(
+        torch.cat([w.int_repr() for w, _ in weights]),
+        torch.cat([w.q_per_channel_scales() * f for w, f in weights]),
+        torch.cat([w.q_per_channel_zero_points() for w, _ in weights]),
+        0,
+    )
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # quantized-tensor deprecation chatter
+        return torch.ops.quantized.linear_prepack(weight, torch.cat(biases))
+
+
+class HFDrafter(_GreedyDrafter):
+    """Any transformers Whisper model as a draft: seq2seq with its own encoder, or decoder-only
+    (distil) reading the main's encoder outputs. Uses a transformers cache cropped on rejection."""
+
+    def __init__(self, draft: Loaded, suppress: torch.Tensor, eos: frozenset[int]):
+        self.model = draft.model
+        self.eos = eos
+        self.decoder_only = draft.checkpoint.decoder_only
+        self.suppress = suppress.to(draft.device)
+        self.device = draft.device
+        self.max_len = draft.model.config.max_target_positions
+        self.n = 0
+        self.cache: Any = None
+        self.encoder_hidden: torch.Tensor | None = None
+
+    def begin(self, encoder_hidden: torch.Tensor, cache: Any, features: torch.Tensor) -> None:
+        from transformers import DynamicCache, EncoderDecoderCache
+
+        if self.decoder_only:
+            self.encoder_hidden = encoder_hidden.to(self.model.dtype)
+            self.cache = DynamicCache()
+        else:
+            with torch.inference_mode():
+                encoder = self.model.get_encoder()
+                self.encoder_hidden = encoder(features.to(self.model.dtype)).last_hidden_state
+            self.cache = EncoderDecoderCache(DynamicCache(), DynamicCache())
+        self.n = 0
+
+    @torch.inference_mode()
+    def _forward(self, ids: list[int]) -> torch.Tensor:
+        ids_t = torch.tensor([ids], device=self.device)
+        if self.decoder_only:
+            out = self.model(
+                input_ids=ids_t,
+                encoder_outputs=self.encoder_hidden,
+                past_key_values=self.cache,
+                use_cache=True,
+            )
+        else:
+            out = self.model(
+                decoder_input_ids=ids_t,
+                encoder_outputs=(self.encoder_hidden,),
+                past_key_values=self.cache,
+                use_cache=True,
+            )
+        self.n += len(ids)
+        return out.logits[0, -1].float()
+
+    def accept(self, n_valid: int) -> None:
+        if self.n > n_valid:
+            crop_cache(self.cache, n_valid)
+            self.n = n_valid
+
+
+def _attend(
+    q: torch.Tensor, kt: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None = None
+) -> torch.Tensor:
+    """Plain attention: for a few queries it beats the fused CPU kernel's set-up cost.
+    q [..., H, T, Dh] (pre-scaled), kt [..., H, Dh, S] (keys transposed), v [..., H, S, Dh]."""
+    w = q @ kt  # [..., H, T, S]
+    if mask is not None:
+        w = w.masked_fill(~mask, -math.inf)
+    return w.softmax(dim=-1) @ v  # [..., H, T, Dh]
+
+
+def crop_cache(cache: Any, keep: int) -> None:
+    """Drop cached positions from `keep` on (transformers 5 crops by a negative count)."""
+    extra = cache.get_seq_length() - keep
+    if extra > 0:
+        cache.crop(-extra)
+
+
+def make_drafter(draft: Loaded, main: Loaded) -> Drafter:
+    """The drafter for this assistant, proposing only tokens the main's generate may emit."""
+    config = main.model.generation_config
+    vocab = main.model.config.vocab_size
+    suppress = torch.zeros(vocab, dtype=torch.bool)
+    suppress[[i for i in (config.suppress_tokens or []) if i < vocab]] = True
+    eos = config.eos_token_id
+    eos = frozenset(eos if isinstance(eos, list) else [] if eos is None else [eos])
+    if draft.checkpoint.id == SELF_INT8:
+        return Int8SelfDrafter(draft, suppress, eos)
+    return HFDrafter(draft, suppress, eos)

@@ -1,0 +1,230 @@
+"""Our speculative loop: one 30 s window, greedy, batch size 1, as a drop-in for the token
+loop of transformers' `generate`.
+
+Whisper's own `generate` does everything around it (language detection, prompts, logits
+processors, long-form windows), then hands the token loop to `speculative_decode` through its
+`custom_generate` hook (`own_loop`). The main model verifies every token, so the output equals
+the baseline's by construction; each step is recorded so the steps replay to the output.
+
+It does not draft (see drafters), choose gamma (see schedule) or time whole runs (see timing).
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from specwhisper.drafters import Drafter, crop_cache
+from specwhisper.schedule import GammaSchedule
+from specwhisper.timing import clock
+
+
+@dataclass(frozen=True)
+class DraftStep:
+    """One step of the loop: what was drafted and what the main model kept.
+
+    The step's tokens are `drafted[:n_accepted]` followed by `main_token`, so replaying every
+    step gives the generated tokens (end-of-text included when the run ended on it). The prefill
+    step drafts nothing. `main_token` is None when the step ended inside its accepted draft: on
+    a drafted end-of-text, or at the length limit.
+    """
+
+    drafted: tuple[int, ...]  # proposed token ids (empty when drafting was paused, or prefill)
+    n_accepted: int  # leading drafted tokens kept
+    main_token: int | None  # the main model's own token: a correction, or the bonus
+
+
+@dataclass
+class LoopStats:
+    """What the loop reports with its tokens: every step, and where the time went."""
+
+    steps: list[DraftStep] = field(default_factory=list)
+    draft_s: float = 0.0  # total time inside the drafter, device synced
+    n_windows: int = 0  # windows decoded (one call per 30 s window)
+    # hides the drafter's forwards from the main's forward counter (a main drafting for itself)
+    drafting: Callable[[], Any] = contextlib.nullcontext
+
+
+def accept(drafted: list[int], choice: list[int], eos: set[int], room: int) -> DraftStep:
+    """The accept rule: the longest prefix where draft == main, then the main's own token; the
+    step ends early on end-of-text (nothing follows it) or when `room` tokens are reached."""
+    n_agree = 0
+    while n_agree < len(drafted) and drafted[n_agree] == choice[n_agree]:
+        n_agree += 1
+    new = [*drafted[:n_agree], choice[n_agree]]
+    end = next((i + 1 for i, t in enumerate(new) if t in eos), len(new))
+    keep = min(end, room)
+    if keep <= n_agree:  # ended inside the accepted draft: no token of the main's
+        return DraftStep(tuple(drafted), keep, None)
+    return DraftStep(tuple(drafted), n_agree, choice[n_agree])
+
+
+def step_tokens(step: DraftStep) -> list[int]:
+    """The tokens a step added to the sequence."""
+    main = [] if step.main_token is None else [step.main_token]
+    return [*step.drafted[: step.n_accepted], *main]
+
+
+def speculative_decode(
+    main: torch.nn.Module,
+    drafter: Drafter,
+    schedule: GammaSchedule,
+    stats: LoopStats,
+    input_ids: torch.LongTensor,
+    logits_processor: Any,
+    generation_config: Any,
+    *,
+    inputs_tensor: torch.Tensor | None = None,
+    **model_kwargs: Any,
+) -> Any:
+    """Greedy speculative decoding of one window; a drop-in for transformers' assisted loop.
+
+    Called by `generate` with the prompt in `input_ids` [1, T0], the logits processors Whisper
+    built, and the encoder outputs and cache in `model_kwargs`. Returns what transformers' loop
+    returns (sequences, or an output object).
+    """
+    from transformers.generation.utils import GenerateEncoderDecoderOutput
+
+    if input_ids.shape[0] != 1:
+        raise ValueError("speculative decoding runs at batch size 1")
+    device, cache = input_ids.device, model_kwargs["past_key_values"]
+    encoder_hidden = model_kwargs["encoder_outputs"].last_hidden_state  # [1, S, D]
+    eos = generation_config._eos_token_tensor
+    eos = set() if eos is None else set(eos.tolist())
+    max_length = generation_config.max_length
+    verify = _verifier(main, cache, encoder_hidden, list(logits_processor))
+    tokens = input_ids[0].tolist()
+    stats.n_windows += 1
+    with torch.inference_mode():
+        # 1. Prefill: the main reads the prompt and gives the first token, as the baseline does.
+        #    Its time (which includes the cross-attention K/V) is not a verify cost: not timed.
+        step = DraftStep((), 0, int(verify([], tokens, 1)[0].argmax()))
+        drafter.begin(encoder_hidden, cache, inputs_tensor)
+        while True:
+            # 2. Record the step and extend the sequence; stop at end-of-text or the length limit.
+            stats.steps.append(step)
+            tokens.extend(step_tokens(step))
+            if tokens[-1] in eos or len(tokens) >= max_length:
+                break
+            # 3. Draft gamma tokens, leaving room for the main's own token (0: does not pay).
+            gamma = max(0, min(schedule.next(), max_length - len(tokens) - 1))
+            t0 = clock(device)
+            with stats.drafting():
+                drafted = drafter.propose(tokens, gamma) if gamma > 0 else []
+            t1 = clock(device)
+            # 4. Verify: one main pass over the last token plus the draft -> [g+1, V] logits.
+            choice = verify(tokens[:-1], [tokens[-1], *drafted], len(drafted) + 1).argmax(-1)
+            t2 = clock(device)
+            # 5. Accept the longest agreeing prefix, then the main's own token.
+            step = accept(drafted, choice.tolist(), eos, max_length - len(tokens))
+            # 6. Roll both caches back to the kept tokens (the newest one is not fed yet).
+            n_valid = len(tokens) + len(step_tokens(step)) - 1
+            crop_cache(cache, n_valid)
+            drafter.accept(n_valid)
+            stats.draft_s += t1 - t0
+            schedule.update(len(drafted), step.n_accepted, t1 - t0, t2 - t1)
+    sequences = torch.tensor([tokens], device=device)
+    if generation_config.return_dict_in_generate:
+        return GenerateEncoderDecoderOutput(sequences=sequences, past_key_values=cache)
+    return sequences
+
+
+def _verifier(
+    main: torch.nn.Module, cache: Any, encoder_hidden: torch.Tensor, processors: list[Any]
+) -> Callable[[list[int], list[int], int], torch.Tensor]:
+    """verify(before, fed, n_last): a main pass over `fed` (the cache already holds `before`);
+    the processed logits of the last n_last positions, [n_last, V]. Position i's processors see
+    before + fed[: i + 1], as the baseline's do one step at a time."""
+    project = _projection(main)
+
+    def verify(before: list[int], fed: list[int], n_last: int) -> torch.Tensor:
+        device = encoder_hidden.device
+        hidden = main.model.decoder(
+            input_ids=torch.tensor([fed], device=device),
+            encoder_hidden_states=encoder_hidden,
+            past_key_values=cache,
+            use_cache=True,
+        ).last_hidden_state  # [1, K, D]
+        logits = project(hidden[0, -n_last:]).float()  # [n_last, V]
+        prefix = torch.tensor([before + fed], device=device)  # [1, T]
+        return _process(processors, prefix, logits)
+
+    return verify
+
+
+def _projection(main: torch.nn.Module) -> Callable[[torch.Tensor], torch.Tensor]:
+    """hidden [K, D] -> logits [K, V]. On CPU, MKL's F.linear against the [V, D] output matrix
+    slows down three-fold from one row to several; a [D, V] copy, made once, keeps the
+    multi-token verify pass near the one-token cost."""
+    weight = main.proj_out.weight
+    if weight.device.type != "cpu":
+        return main.proj_out
+    cached = getattr(main, "_specwhisper_proj_t", None)
+    if cached is None or cached[0] is not weight:
+        cached = (weight, weight.detach().t().contiguous())
+        main._specwhisper_proj_t = cached
+    proj_t = cached[1]
+    return lambda hidden: hidden @ proj_t
+
+
+def _process(processors: list[Any], prefix: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
+    """Apply generate's logits processors to the logits of the last n positions of `prefix`
+    ([1, T] ids, [n, V] logits), as the baseline applies them one step at a time: row i sees
+    the prefix up to and including its own position.
+
+    Two of Whisper's processors are applied without the per-row loop, with the same result:
+    token suppression does not depend on the prefix (one call for the block), and begin
+    suppression only acts on the row whose prefix length is its begin index.
+    """
+    from transformers.generation.logits_process import (
+        SuppressTokensAtBeginLogitsProcessor,
+        SuppressTokensLogitsProcessor,
+    )
+
+    n = logits.shape[0]
+    first = prefix.shape[1] - n + 1  # prefix length seen by row 0
+    for p in processors:
+        if type(p) is SuppressTokensLogitsProcessor:
+            logits = p(prefix, logits)
+            continue
+        rows = range(n)
+        if type(p) is SuppressTokensAtBeginLogitsProcessor:
+            rows = [i for i in rows if first + i == p.begin_index]
+        for i in rows:
+            logits[i] = p(prefix[:, : first + i], logits[i : i + 1])[0]
+    return logits
+
+
+def own_loop(drafter: Drafter, schedule: GammaSchedule, stats: LoopStats) -> Callable[..., Any]:
+    """A `custom_generate` callable: `generate` builds everything as for the baseline (greedy
+    mode, same logits processors and cache) and hands the token loop to `speculative_decode`.
+    Our loop ends on end-of-text and the length limit itself, so generate's stopping criteria
+    (the same two conditions) are not used."""
+
+    def loop(
+        model,
+        input_ids,
+        logits_processor,
+        stopping_criteria,
+        generation_config,
+        inputs_tensor=None,  # named, so generate passes it (it checks the signature)
+        **kwargs,
+    ):
+        for key in (
+            "synced_gpus",
+            "streamer",
+            "assistant_model",
+            "tokenizer",
+            "assistant_tokenizer",
+        ):
+            kwargs.pop(key, None)
+        return speculative_decode(
+            model, drafter, schedule, stats, input_ids, logits_processor, generation_config,
+            inputs_tensor=inputs_tensor, **kwargs,
+        )  # fmt: skip
+
+    return loop
