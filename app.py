@@ -938,6 +938,8 @@ def build_demo() -> gr.Blocks:
                         [(ENGINE_LABELS[e], e) for e in decoding.ENGINES],
                         value="specwhisper",
                         label="Speculative engine",
+                        info="transformers' assisted generation with a full Whisper assistant: "
+                        "30 s or less, no timestamps (it stops after the first segment there)",
                     )
                     timestamps = gr.Checkbox(False, label="Timestamps (segments in both columns)")
                 run = gr.Button("Compare", variant="primary", size="lg", interactive=bool(mains))

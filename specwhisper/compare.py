@@ -65,6 +65,18 @@ def language_code(value: str | None) -> str | None:
     raise CompareError(f"Unknown language '{value}'. Pick one from the list, or auto-detect.")
 
 
+# Measured with transformers 5.23, whisper-base assisted by a second copy of itself: on the 53 s
+# sonnet it gave 12 of the baseline's 163 tokens; on the 11 s JFK clip with timestamps it stopped
+# after the first words. Decoder-only assistants (distil-style, self-int8) are identical there:
+# the seq2seq assistant's own Whisper `generate` is what goes wrong.
+TRANSFORMERS_TIMESTAMPS = (
+    "transformers' assisted generation with a full Whisper model as the assistant ({assistant}) "
+    "does not reproduce timestamped decoding: with timestamps, and so with any audio over 30 s, "
+    "it stops after the first segment. Pick the specwhisper engine, a decoder-only assistant "
+    "(distil-style, or self-int8), or a clip of 30 s or less without timestamps."
+)
+
+
 def check_request(req: CompareRequest) -> tuple[models.Checkpoint, str | models.Checkpoint]:
     """Validate a request before anything loads; raise CompareError or CheckpointError."""
     main = models.resolve(req.main, role="main")
@@ -342,6 +354,10 @@ def compare_loaded(
     """
     features: Features = decoding.prepare_features(main, samples)
     opts = decode_options(req, main, language, max_new_tokens)
+    if opts.return_timestamps or features.long_form:
+        if any(r is not None and r.engine == "transformers" for r in (req, peer)):
+            if not draft.checkpoint.decoder_only:  # self-int8 and distil-style are
+                raise CompareError(TRANSFORMERS_TIMESTAMPS.format(assistant=draft.checkpoint.label))
     runs: dict[str, Callable[[], DecodeResult]] = {
         "baseline": lambda: decoding.decode_baseline(main, features, opts),
         "speculative": lambda: decoding.decode_speculative(main, draft, features, opts),

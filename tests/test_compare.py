@@ -92,3 +92,23 @@ def test_transformers_engine_refuses_zero_draft_tokens(tiny_models, use_models):
     result = compare.compare(samples, CompareRequest(**{**req.__dict__, "engine": "specwhisper"}))
     assert result.identical
     assert result.speculative.n_draft_tokens == 0
+
+
+def test_transformers_engine_refuses_timestamps_and_long_audio(tiny_models, use_models):
+    """transformers' assisted generation with a seq2seq assistant does not reproduce timestamped
+    decoding (measured in test_decoding): the request says so instead of showing a wrong
+    comparison. A decoder-only assistant runs."""
+    use_models(tiny_models)
+    rng = np.random.default_rng(2)
+    short = (rng.standard_normal(16_000 * 2) * 0.2).astype(np.float32)
+    long = (rng.standard_normal(16_000 * 35) * 0.2).astype(np.float32)  # over 30 s
+    req = CompareRequest(
+        main="tiny-random-a", assistant="tiny-random-b", engine="transformers", repeats=1
+    )
+    with pytest.raises(CompareError, match="timestamped decoding"):
+        compare.compare(short, CompareRequest(**{**req.__dict__, "timestamps": True}))
+    with pytest.raises(CompareError, match="timestamped decoding"):
+        compare.compare(long, req)
+    assert compare.compare(short, req).identical  # short, no timestamps: runs
+    distil = CompareRequest(**{**req.__dict__, "assistant": "tiny-random-decoder"})
+    assert compare.compare(long, distil).identical
