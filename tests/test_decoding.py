@@ -85,23 +85,38 @@ def test_speculative_equals_baseline_token_for_token(loaded, assistant, engine):
             assert n_accepted >= 0.95 * n_drafted > 0
 
 
-def test_steps_account_for_every_generated_token(loaded):
+@pytest.mark.parametrize("engine", decoding.ENGINES)
+@pytest.mark.parametrize("assistant", ["tiny-random-a", "tiny-random-b"])
+@pytest.mark.parametrize("max_new_tokens", [1, 5, 40])
+def test_steps_account_for_every_generated_token(loaded, engine, assistant, max_new_tokens):
+    """Both engines, a main drafting for itself (every draft accepted, so the length limit
+    falls inside an accepted draft) and another model, on real generate calls."""
     main, drafts = loaded
-    samples = _inputs(1)[0]
-    features = decoding.prepare_features(main, samples)
     opts = DecodeOptions(
-        language="en", task="transcribe", gamma=3, gamma_schedule="constant", max_new_tokens=40
-    )
-    spec = decoding.decode_speculative(main, drafts["tiny-random-b"], features, opts)
-    # Replaying the steps gives the tokens (plus the end-of-text the run may have ended on).
-    replayed = [t for s in spec.steps for t in step_tokens(s)]
-    assert replayed[: spec.n_tokens] == list(spec.token_ids)
-    assert len(replayed) - spec.n_tokens in (0, 1)
-    assert spec.steps[0].drafted == () and spec.steps[0].main_token is not None  # prefill
-    assert all(len(s.drafted) <= 3 for s in spec.steps)
-    # One main pass per step (prefill included); no language detection: the language is given.
-    assert spec.n_main_forwards == len(spec.steps)
-    assert 0.0 <= spec.acceptance_rate <= 1.0
+        language="en", task="transcribe", gamma=3, gamma_schedule="constant",
+        max_new_tokens=max_new_tokens, engine=engine,
+    )  # fmt: skip
+    for samples in _inputs(3):
+        features = decoding.prepare_features(main, samples)
+        base = decoding.decode_baseline(main, features, opts)
+        if base.n_windows > 1:
+            continue  # timestamps re-decode the window (see the first test)
+        spec = decoding.decode_speculative(main, drafts[assistant], features, opts)
+        assert spec.token_ids == base.token_ids
+        # Replaying the steps gives the tokens (plus the end-of-text the run may have ended on).
+        replayed = [t for s in spec.steps for t in step_tokens(s)]
+        assert replayed[: spec.n_tokens] == list(spec.token_ids)
+        assert len(replayed) - spec.n_tokens in (0, 1)
+        assert all(len(s.drafted) <= 3 and s.n_accepted <= len(s.drafted) for s in spec.steps)
+        if engine == "specwhisper":
+            assert spec.steps[0].drafted == () and spec.steps[0].main_token is not None  # prefill
+        # One main pass per step (our prefill included), not counting a main drafting for itself;
+        # no language detection: the language is given.
+        assert spec.n_main_forwards == len(spec.steps)
+        assert 0.0 <= spec.acceptance_rate <= 1.0
+        assert spec.tokens_per_main_forward <= opts.gamma + 1
+        if assistant == "tiny-random-a" and spec.n_tokens >= 5:  # always right: > 1 per pass
+            assert spec.tokens_per_main_forward > 1
 
 
 def test_timestamps_and_auto_language_stay_identical(loaded):

@@ -1,0 +1,218 @@
+"""The loop's edges on scripted models: a main and a draft whose next tokens we choose.
+
+The main here is a decoder whose greedy next token is a chosen function of the sequence so far
+(one-hot hidden states through an identity output head), and the draft a `_GreedyDrafter`
+whose logits follow its own script. `speculative_decode` runs on them unchanged: its verify
+pass, accept rule, cache cropping and step records are the ones the page uses.
+"""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import pytest
+import torch
+
+from specwhisper.drafters import _GreedyDrafter
+from specwhisper.loop import DraftStep, LoopStats, accept, speculative_decode, step_tokens
+from specwhisper.schedule import GammaSchedule
+
+V = 16  # vocabulary
+EOS = 15
+PROMPT = [1, 2]  # stands for <|startoftranscript|> and friends
+
+
+class TokenCache:
+    """Holds the tokens fed so far; crops as transformers' caches do (negative count)."""
+
+    def __init__(self) -> None:
+        self.tokens: list[int] = []
+
+    def get_seq_length(self) -> int:
+        return len(self.tokens)
+
+    def crop(self, n: int) -> None:
+        assert n < 0
+        del self.tokens[n:]
+
+
+class ScriptedDecoder(torch.nn.Module):
+    """Feeds `input_ids` into the cache; the hidden state at each position is the one-hot of
+    `next_token(sequence up to and including it)`."""
+
+    def __init__(self, next_token) -> None:
+        super().__init__()
+        self.next_token = next_token
+        self.n_calls = 0
+
+    def forward(self, input_ids, encoder_hidden_states, past_key_values, use_cache):
+        self.n_calls += 1
+        rows = []
+        for token in input_ids[0].tolist():
+            past_key_values.tokens.append(token)
+            rows.append(self.next_token(past_key_values.tokens))
+        hidden = torch.nn.functional.one_hot(torch.tensor(rows), V).float()[None]
+        return SimpleNamespace(last_hidden_state=hidden)
+
+
+def scripted_main(next_token) -> torch.nn.Module:
+    main = torch.nn.Module()
+    main.model = torch.nn.Module()
+    main.model.decoder = ScriptedDecoder(next_token)
+    main.proj_out = torch.nn.Linear(V, V, bias=False)
+    with torch.no_grad():
+        main.proj_out.weight.copy_(torch.eye(V))
+    return main
+
+
+class ScriptedDrafter(_GreedyDrafter):
+    """The shared greedy `propose` (it stops after an end-of-text) on scripted logits."""
+
+    def __init__(self, next_token, max_len: int) -> None:
+        self.next_token, self.max_len = next_token, max_len
+        self.suppress = torch.zeros(V, dtype=torch.bool)
+        self.eos = frozenset([EOS])
+        self.tokens: list[int] = []
+        self.n = 0
+        self.proposed: list[list[int]] = []
+
+    def begin(self, encoder_hidden, cache, features) -> None:
+        self.tokens, self.n = [], 0
+
+    def _forward(self, ids: list[int]) -> torch.Tensor:
+        self.tokens += ids
+        self.n = len(self.tokens)
+        return torch.nn.functional.one_hot(torch.tensor(self.next_token(self.tokens)), V).float()
+
+    def propose(self, tokens: list[int], n: int) -> list[int]:
+        drafted = super().propose(tokens, n)
+        self.proposed.append(drafted)
+        return drafted
+
+    def accept(self, n_valid: int) -> None:
+        del self.tokens[n_valid:]
+        self.n = len(self.tokens)
+
+
+def sequence(text: list[int]):
+    """next_token for a model that says `text` after the prompt, then end-of-text forever."""
+
+    def next_token(tokens: list[int]) -> int:
+        i = len(tokens) - len(PROMPT)
+        return text[i] if i < len(text) else EOS
+
+    return next_token
+
+
+def run(main_text, draft_text, *, gamma: int, max_new_tokens: int):
+    max_length = len(PROMPT) + max_new_tokens
+    main = scripted_main(sequence(main_text))
+    drafter = ScriptedDrafter(sequence(draft_text), max_length)
+    stats = LoopStats()
+    config = SimpleNamespace(
+        _eos_token_tensor=torch.tensor([EOS]), max_length=max_length, return_dict_in_generate=False
+    )
+    out = speculative_decode(
+        main,
+        drafter,
+        GammaSchedule("constant", gamma, gamma),
+        stats,
+        torch.tensor([PROMPT]),
+        [],
+        config,
+        past_key_values=TokenCache(),
+        encoder_outputs=SimpleNamespace(last_hidden_state=torch.zeros(1, 1, 4)),
+    )
+    generated = out[0].tolist()[len(PROMPT) :]
+    return generated, stats, drafter, main.model.decoder
+
+
+def baseline(main_text, max_new_tokens: int) -> list[int]:
+    """What one-token greedy steps give: the text, cut at end-of-text (kept) or the limit."""
+    return ([*main_text, EOS])[:max_new_tokens]
+
+
+def check_steps(generated: list[int], stats: LoopStats) -> None:
+    """The invariant: replaying the steps gives the output; the prefill step drafts nothing; a
+    step with no main token ended inside its accepted draft."""
+    assert [t for s in stats.steps for t in step_tokens(s)] == generated
+    assert stats.steps[0].drafted == () and stats.steps[0].main_token is not None
+    for s in stats.steps:
+        assert 0 <= s.n_accepted <= len(s.drafted)
+        if s.main_token is None:
+            assert s.n_accepted > 0
+
+
+TEXT = [3, 4, 5, 6, 7, 8, 9, 10]
+
+
+def test_end_of_text_inside_a_draft():
+    # The draft says the text and ends one word early; the main agrees on the end-of-text.
+    generated, stats, drafter, _ = run(TEXT, TEXT, gamma=5, max_new_tokens=40)
+    assert generated == baseline(TEXT, 40)
+    check_steps(generated, stats)
+    last = stats.steps[-1]
+    assert last.drafted[-1] == EOS and last.main_token is None  # the draft's EOS, not the main's
+    assert all(d.count(EOS) <= 1 for d in drafter.proposed)  # no drafting past end-of-text
+
+
+def test_draft_ending_early_is_corrected():
+    short = TEXT[:3]
+    generated, stats, drafter, _ = run(TEXT, short, gamma=6, max_new_tokens=40)
+    assert generated == baseline(TEXT, 40)
+    check_steps(generated, stats)
+    rejected = [s for s in stats.steps if s.drafted and s.drafted[s.n_accepted :][:1] == (EOS,)]
+    assert rejected and rejected[0].main_token == TEXT[3]  # the main's correction
+
+
+@pytest.mark.parametrize("max_new_tokens", [2, 3, 4, 5, 7])
+def test_length_limit_inside_an_accepted_draft(max_new_tokens):
+    # The draft would be right for all 8 tokens; the limit cuts the run short of them.
+    generated, stats, drafter, _ = run(TEXT, TEXT, gamma=6, max_new_tokens=max_new_tokens)
+    assert generated == baseline(TEXT, max_new_tokens)
+    check_steps(generated, stats)
+
+
+@pytest.mark.parametrize("gamma", [3, 10, 40])
+def test_gamma_larger_than_the_room_left(gamma):
+    generated, stats, drafter, _ = run(TEXT, TEXT, gamma=gamma, max_new_tokens=6)
+    assert generated == baseline(TEXT, 6)
+    check_steps(generated, stats)
+    # a draft never reaches past the limit: it leaves room for the main's own token
+    before = 1  # the prefill token
+    for s in stats.steps[1:]:
+        assert len(s.drafted) + 1 <= 6 - before
+        before += len(step_tokens(s))
+
+
+def test_max_new_tokens_one():
+    generated, stats, drafter, decoder = run(TEXT, TEXT, gamma=5, max_new_tokens=1)
+    assert generated == [TEXT[0]]
+    assert stats.steps == [DraftStep((), 0, TEXT[0])]
+    assert drafter.proposed == [] and decoder.n_calls == 1  # prefill only
+
+
+def test_a_wrong_draft_costs_one_main_pass_per_token():
+    wrong = [t + 1 for t in TEXT] + [1] * 4  # wrong everywhere, end-of-text included
+    generated, stats, _, decoder = run(TEXT, wrong, gamma=4, max_new_tokens=40)
+    assert generated == baseline(TEXT, 40)
+    check_steps(generated, stats)
+    assert decoder.n_calls == len(stats.steps) == len(generated)  # every token the main's
+    assert sum(s.n_accepted for s in stats.steps) == 0
+
+
+def test_accept_rule():
+    # agree on 2, correct the third
+    assert accept([5, 6, 7], [5, 6, 9, 1], set(), 10) == DraftStep((5, 6, 7), 2, 9)
+    # all agree: the bonus token
+    assert accept([5, 6], [5, 6, 8], set(), 10) == DraftStep((5, 6), 2, 8)
+    # an accepted end-of-text ends the step; the main's row after it is not a token
+    assert accept([5, EOS, 3], [5, EOS, 3, 3], {EOS}, 10) == DraftStep((5, EOS, 3), 2, None)
+    # the main's own end-of-text after a correction is its token
+    assert accept([5, 6], [5, EOS, 1], {EOS}, 10) == DraftStep((5, 6), 1, EOS)
+    # the length limit inside the accepted prefix: drafted tokens only, no main token
+    assert accept([5, 6, 7], [5, 6, 7, 8], set(), 2) == DraftStep((5, 6, 7), 2, None)
+    # the limit right after the accepted prefix: the main's token still fits
+    assert accept([5, 6, 7], [5, 6, 7, 8], set(), 4) == DraftStep((5, 6, 7), 3, 8)
+    # nothing drafted: the main's token alone
+    assert accept([], [4], set(), 1) == DraftStep((), 0, 4)
