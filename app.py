@@ -614,12 +614,12 @@ def reproduce_snippet(result: Mapping[str, Any], req: CompareRequest) -> str:
     ]
     if result["assistant"] == models.SELF_INT8:
         # specwhisper's own: the main's decoder with its Linear layers in int8 (CPU only)
-        head[-1] = "from specwhisper import models"
+        head[-1] = "from specwhisper import drafters, models"
         body = [
             f"loaded = models.CACHE.get(models.resolve({_quoted(main.id)}), torch.device(device), "
             "dtype)",
             "main, processor = loaded.model, loaded.processor",
-            "assistant = models.CACHE.self_int8(loaded).model  # the main's decoder in int8",
+            "assistant = drafters.self_int8(loaded).model  # the main's decoder in int8",
         ]
     else:
         body = [

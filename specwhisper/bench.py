@@ -341,6 +341,7 @@ def run_clip(
     peer: tuple[int, str] | None,
     max_new_tokens: int | None = None,
     on_run: Callable[[str], None] = lambda name: None,
+    warmup: int = 1,
 ) -> ClipResult:
     """Time baseline, speculative (and peer) alternately on one clip, as compare() does, and
     score the transcripts. `peer`: the peer's (gamma, schedule), or None to time no peer."""
@@ -366,6 +367,7 @@ def run_clip(
         peer=peer_req,
         max_new_tokens=max_new_tokens,
         around=around,
+        warmup=warmup,
     )
     normalize = normalizer(clip.language or ("en" if main.checkpoint.english_only else None), main)
     scored = Scored(
@@ -651,6 +653,11 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--dtype", default="auto", help="auto (fp16 on GPU, fp32 on CPU), ...")
     parser.add_argument("--timestamps", action="store_true", help="segment timestamps")
+    parser.add_argument(
+        "--no-warmup",
+        action="store_true",
+        help="identity checks only: no warm-up run, so the timings are not speed figures",
+    )
     parser.add_argument("--filter", metavar="REGEX", help="keep clips whose file name matches")
     parser.add_argument("--category", help="keep clips whose category starts with this")
     parser.add_argument("--limit", type=int, help="keep the first N selected clips")
@@ -702,7 +709,8 @@ def run_all(
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     peer = peer_gamma(args)
-    n_runs = len(clips) * (3 if peer else 2) * (req.repeats + 1)
+    warmup = 0 if args.no_warmup else 1
+    n_runs = len(clips) * (3 if peer else 2) * (req.repeats + warmup)
     columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn()]
     results = []
     with Progress(*columns, TimeElapsedColumn(), console=Console(stderr=True)) as progress:
@@ -721,6 +729,7 @@ def run_all(
                 peer=peer,
                 max_new_tokens=args.max_new_tokens,
                 on_run=on_run,
+                warmup=warmup,
             )
             results.append(result)
     return results
@@ -755,7 +764,11 @@ def settings_of(
         "peer_gamma_schedule": peer[1] if peer else None,
         "dtype": str(main.dtype).removeprefix("torch."),
         "repeats": req.repeats,
-        "timing": f"median of {req.repeats} after 1 warm-up, alternating order, device synced",
+        "timing": (
+            f"median of {req.repeats} after 1 warm-up, alternating order, device synced"
+            if not args.no_warmup
+            else "one run per side, no warm-up: an identity check, not a speed figure"
+        ),
         "language": args.language,
         "timestamps": req.timestamps,
         "max_new_tokens": args.max_new_tokens,

@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from specwhisper import decoding, models, schedule
+from specwhisper import decoding, drafters, models, schedule
 from specwhisper.audio import SAMPLE_RATE
 from specwhisper.decoding import DecodeOptions, DecodeResult, Features
 from specwhisper.timing import Timings, alternate
@@ -259,7 +259,7 @@ def load_pair(
     if progress:
         progress(0.1, f"Loading assistant {req.assistant}")
     if isinstance(assistant_ckpt, str):
-        draft = cache.self_int8(main)
+        draft = drafters.self_int8(main, cache)
     else:
         draft = cache.get(assistant_ckpt, device, dtype)
     return main, draft, cache.total_load_s - before
@@ -343,6 +343,7 @@ def compare_loaded(
     load_time_s: float = 0.0,
     cache: models.ModelCache = models.CACHE,
     around: Around | None = None,
+    warmup: int = 1,
 ) -> tuple[Comparison, Comparison | None]:
     """compare() on models already loaded, for the page and the benchmark alike.
 
@@ -350,7 +351,8 @@ def compare_loaded(
     another engine, gamma or schedule) a third run, alternately after one warm-up each; the peer
     is compared with the same baseline runs. `language` is the Whisper code (None: detect).
     `around(side, run)` wraps every run ("baseline", "speculative", "peer") and returns its
-    result, for progress reports. A GPU out-of-memory empties `cache` and becomes a CompareError.
+    result, for progress reports. `warmup=0` is for identity checks only: the first timed run
+    then pays first-call costs. A GPU out-of-memory empties `cache` and becomes a CompareError.
     """
     features: Features = decoding.prepare_features(main, samples)
     opts = decode_options(req, main, language, max_new_tokens)
@@ -368,7 +370,7 @@ def compare_loaded(
     if around is not None:
         runs = {side: functools.partial(around, side, fn) for side, fn in runs.items()}
     try:
-        timings = alternate(runs, repeats=req.repeats, warmup=1, device=main.device)
+        timings = alternate(runs, repeats=req.repeats, warmup=warmup, device=main.device)
     except torch.cuda.OutOfMemoryError as e:
         cache.clear()
         raise CompareError(

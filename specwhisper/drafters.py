@@ -12,7 +12,9 @@ It does not load checkpoints (see models) and does not verify tokens (see loop).
 
 from __future__ import annotations
 
+import copy
 import math
+import time
 import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -21,7 +23,15 @@ from typing import Any, Protocol
 import torch
 import torch.nn.functional as F
 
-from specwhisper.models import SELF_INT8, Loaded
+from specwhisper.models import (
+    CACHE,
+    SELF_INT8,
+    SELF_INT8_CPU_ONLY,
+    Checkpoint,
+    CheckpointError,
+    Loaded,
+    ModelCache,
+)
 
 
 class Drafter(Protocol):
@@ -63,11 +73,68 @@ class _GreedyDrafter:
         return drafted
 
 
+# ---------------------------------------------------------------------------------------------
+# The self-int8 draft model
+
+
+def self_int8(main: Loaded, cache: ModelCache = CACHE) -> Loaded:
+    """The self-int8 draft of `main`, built once per main and dtype and kept in `cache`."""
+    if main.device.type != "cpu":
+        raise CheckpointError(SELF_INT8_CPU_ONLY)  # a refusal: the cache stays as it is
+    return cache.derived(SELF_INT8, main, build_self_int8)
+
+
+def _float32_encoder_states(module: torch.nn.Module, args: tuple, kwargs: dict) -> tuple:
+    """Forward pre-hook of the self-int8 decoder: int8 dynamic Linear layers take fp32 inputs
+    only, while the main (in bf16 or fp16) hands over its encoder outputs in its own dtype."""
+    states = kwargs.get("encoder_hidden_states")
+    if states is not None and states.dtype != torch.float32:
+        kwargs["encoder_hidden_states"] = states.float()
+    return args, kwargs
+
+
+def build_self_int8(main: Loaded) -> Loaded:
+    """The main's own decoder with every Linear in int8 (per-channel, dynamic activations) and
+    the tanh approximation of GELU.
+
+    Returned as a WhisperForCausalLM so transformers' assisted generation can use it as a
+    decoder-only assistant that reads the main's encoder outputs, exactly like a distil model.
+    It computes in fp32 whatever the main's dtype: encoder outputs in another dtype are cast on
+    the way in. CPU only: fbgemm int8 kernels have no CUDA counterpart.
+    """
+    from transformers import WhisperForCausalLM
+
+    if main.device.type != "cpu":
+        raise CheckpointError(SELF_INT8_CPU_ONLY)
+    start = time.perf_counter()
+    config = copy.deepcopy(main.model.config)
+    config.architectures = ["WhisperForCausalLM"]
+    config.dtype = torch.float32
+    # tanh GELU: an approximation a draft can afford; exact GELU cost ~7x more per call here
+    config.activation_function = "gelu_pytorch_tanh"
+    draft = WhisperForCausalLM(config).eval()
+    draft.model.decoder.load_state_dict(main.model.model.decoder.state_dict())
+    draft.proj_out.weight = torch.nn.Parameter(main.model.proj_out.weight.detach().clone())
+    draft.float()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # torch.ao.quantization deprecation chatter
+        from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
+
+        draft = quantize_dynamic(
+            draft, {torch.nn.Linear: per_channel_dynamic_qconfig}, dtype=torch.qint8
+        )
+    draft.model.decoder.register_forward_pre_hook(_float32_encoder_states, with_kwargs=True)
+    draft.generation_config = copy.deepcopy(main.model.generation_config)
+    ckpt = Checkpoint(SELF_INT8, main.checkpoint.family, True, main.checkpoint.d_model, 0)
+    load_s = time.perf_counter() - start
+    return Loaded(ckpt, draft, None, load_s, main.device, torch.float32, main.revision)
+
+
 class Int8SelfDrafter(_GreedyDrafter):
     """The self-int8 draft run through a lean forward with a preallocated KV cache.
 
     The same int8 weights, tanh GELU and dynamic activation quantization as the self-int8
-    WhisperForCausalLM that transformers' assisted loop uses (models.build_self_int8), with
+    WhisperForCausalLM that transformers' assisted loop uses (build_self_int8), with
     fewer and cheaper tensor ops: the query, key and value projections are one int8 matmul
     (per-channel quantization is per output row, so fusing them changes nothing), the packed
     fbgemm weights are called directly, and no transformers cache objects or masks are built.

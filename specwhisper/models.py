@@ -13,14 +13,12 @@ folder.
 
 from __future__ import annotations
 
-import copy
 import gc
 import json
 import os
 import re
 import threading
 import time
-import warnings
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -542,56 +540,11 @@ def _load_failure(what: str, hub: bool, device: torch.device, dtype: torch.dtype
     return CheckpointError(f"Could not load {what}: {reason.rstrip('.')}. {emptied}")
 
 
-def _float32_encoder_states(module: torch.nn.Module, args: tuple, kwargs: dict) -> tuple:
-    """Forward pre-hook of the self-int8 decoder: int8 dynamic Linear layers take fp32 inputs
-    only, while the main (in bf16 or fp16) hands over its encoder outputs in its own dtype."""
-    states = kwargs.get("encoder_hidden_states")
-    if states is not None and states.dtype != torch.float32:
-        kwargs["encoder_hidden_states"] = states.float()
-    return args, kwargs
-
-
-def build_self_int8(main: Loaded) -> Loaded:
-    """The main's own decoder with every Linear in int8 (per-channel, dynamic activations) and
-    the tanh approximation of GELU.
-
-    Returned as a WhisperForCausalLM so transformers' assisted generation can use it as a
-    decoder-only assistant that reads the main's encoder outputs, exactly like a distil model.
-    It computes in fp32 whatever the main's dtype: encoder outputs in another dtype are cast on
-    the way in. CPU only: fbgemm int8 kernels have no CUDA counterpart.
-    """
-    from transformers import WhisperForCausalLM
-
-    if main.device.type != "cpu":
-        raise CheckpointError(SELF_INT8_CPU_ONLY)
-    start = time.perf_counter()
-    config = copy.deepcopy(main.model.config)
-    config.architectures = ["WhisperForCausalLM"]
-    config.dtype = torch.float32
-    # tanh GELU: an approximation a draft can afford; exact GELU cost ~7x more per call here
-    config.activation_function = "gelu_pytorch_tanh"
-    draft = WhisperForCausalLM(config).eval()
-    draft.model.decoder.load_state_dict(main.model.model.decoder.state_dict())
-    draft.proj_out.weight = torch.nn.Parameter(main.model.proj_out.weight.detach().clone())
-    draft.float()
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore")  # torch.ao.quantization deprecation chatter
-        from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic
-
-        draft = quantize_dynamic(
-            draft, {torch.nn.Linear: per_channel_dynamic_qconfig}, dtype=torch.qint8
-        )
-    draft.model.decoder.register_forward_pre_hook(_float32_encoder_states, with_kwargs=True)
-    draft.generation_config = copy.deepcopy(main.model.generation_config)
-    ckpt = Checkpoint(SELF_INT8, main.checkpoint.family, True, main.checkpoint.d_model, 0)
-    load_s = time.perf_counter() - start
-    return Loaded(ckpt, draft, None, load_s, main.device, torch.float32, main.revision)
-
-
 class ModelCache:
     """A small LRU of loaded checkpoints, so a request never reloads what an earlier one loaded.
 
-    Keys are (id, folder, device, dtype); the self-int8 draft is keyed by its main's. A failed
+    Keys are (id, folder, device, dtype); a derived model (the self-int8 draft) is keyed by
+    its main's. A failed
     load (out of memory or anything else) empties the whole cache, so the memory a half-loaded
     model or its neighbours held is free for the next request, and raises CheckpointError with
     one sentence. Problems found before loading (unknown id, the Hub offline) leave it alone.
@@ -616,16 +569,16 @@ class ModelCache:
             self._put(key, loaded)
             return loaded
 
-    def self_int8(self, main: Loaded) -> Loaded:
+    def derived(self, name: str, main: Loaded, build: Callable[[Loaded], Loaded]) -> Loaded:
+        """A model built from a loaded main (the self-int8 draft: drafters.self_int8), cached
+        under the main's key and dtype, so it is built once per main."""
         ckpt = main.checkpoint
-        key = (SELF_INT8, ckpt.id, str(ckpt.path), str(main.device), str(main.dtype))
+        key = (name, ckpt.id, str(ckpt.path), str(main.device), str(main.dtype))
         with self._lock:
             if key not in self._items:
-                if main.device.type != "cpu":
-                    raise CheckpointError(SELF_INT8_CPU_ONLY)  # a refusal: nothing to empty
-                what = f"the {SELF_INT8} draft of '{ckpt.label}'"
-                build = lambda: build_self_int8(main)  # noqa: E731
-                self._put(key, self._load(what, False, main.device, main.dtype, build))
+                what = f"the {name} draft of '{ckpt.label}'"
+                build_it = lambda: build(main)  # noqa: E731
+                self._put(key, self._load(what, False, main.device, main.dtype, build_it))
             self._items.move_to_end(key)
             return self._items[key]
 

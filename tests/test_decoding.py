@@ -35,7 +35,7 @@ def loaded(tiny_models):
 
     main = load("tiny-random-a")
     drafts = {name: load(name) for name in ASSISTANTS if name != models.SELF_INT8}
-    drafts[models.SELF_INT8] = cache.self_int8(main)
+    drafts[models.SELF_INT8] = drafters.self_int8(main, cache)
     return main, drafts
 
 
@@ -244,7 +244,7 @@ def test_transformers_assisted_generation_with_timestamps_is_not_the_baseline(
         )
         ours = decoding.decode_speculative(main, twin, features, opts)
         assert ours.token_ids == base.token_ids
-        int8 = models.ModelCache().self_int8(main)
+        int8 = drafters.self_int8(main, models.ModelCache())
         with_int8 = decoding.decode_speculative(
             main, int8, features, dataclasses.replace(opts, engine="transformers")
         )

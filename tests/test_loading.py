@@ -16,7 +16,7 @@ import pytest
 import torch
 from transformers import WhisperForCausalLM, WhisperForConditionalGeneration
 
-from specwhisper import compare, models, offline
+from specwhisper import compare, drafters, models, offline
 from specwhisper.audio import load_audio
 from specwhisper.models import CheckpointError, pair_problem, resolve
 
@@ -155,7 +155,7 @@ def test_cached_hub_ids_are_offered_and_load_offline_with_their_revision(
 
     loaded = models.ModelCache().get(resolve("openai/whisper-tiny"), CPU, torch.float32)
     assert loaded.revision == REVISION and loaded.processor is not None
-    assert models.ModelCache().self_int8(loaded).revision == REVISION
+    assert drafters.self_int8(loaded, models.ModelCache()).revision == REVISION
 
 
 # --- loading failures -------------------------------------------------------------------------

@@ -7,7 +7,7 @@ import json
 import pytest
 import torch
 
-from specwhisper import models
+from specwhisper import drafters, models
 from specwhisper.models import CheckpointError, pair_problem, resolve
 
 
@@ -91,8 +91,8 @@ def test_self_int8_is_the_main_decoder_in_int8(tiny_models):
     main = cache.get(
         models._local_checkpoint(tiny_models / "tiny-random-a"), torch.device("cpu"), torch.float32
     )
-    draft = cache.self_int8(main)
-    assert cache.self_int8(main) is draft  # built once, then cached
+    draft = drafters.self_int8(main, cache)
+    assert drafters.self_int8(main, cache) is draft  # built once, then cached
     linears = [m for m in draft.model.modules() if type(m) is torch.nn.Linear]
     quantized = [
         m for m in draft.model.modules() if isinstance(m, torch.ao.nn.quantized.dynamic.Linear)
@@ -115,9 +115,10 @@ def test_self_int8_is_cached_per_main_dtype(tiny_models):
     ckpt = models._local_checkpoint(tiny_models / "tiny-random-a")
     fp32 = cache.get(ckpt, torch.device("cpu"), torch.float32)
     bf16 = cache.get(ckpt, torch.device("cpu"), torch.bfloat16)
-    draft_fp32, draft_bf16 = cache.self_int8(fp32), cache.self_int8(bf16)
+    draft_fp32, draft_bf16 = drafters.self_int8(fp32, cache), drafters.self_int8(bf16, cache)
     assert draft_fp32 is not draft_bf16  # each is built from its own main's (rounded) weights
-    assert cache.self_int8(bf16) is draft_bf16 and cache.self_int8(fp32) is draft_fp32
+    assert drafters.self_int8(bf16, cache) is draft_bf16
+    assert drafters.self_int8(fp32, cache) is draft_fp32
 
 
 def test_self_int8_reads_half_precision_encoder_outputs(tiny_models):
@@ -128,7 +129,7 @@ def test_self_int8_reads_half_precision_encoder_outputs(tiny_models):
     cache = models.ModelCache()
     ckpt = models._local_checkpoint(tiny_models / "tiny-random-a")
     main = cache.get(ckpt, torch.device("cpu"), torch.bfloat16)
-    draft = cache.self_int8(main)
+    draft = drafters.self_int8(main, cache)
     torch.manual_seed(0)
     features = torch.randn(1, 80, 3000, dtype=torch.bfloat16)
     with torch.inference_mode():
