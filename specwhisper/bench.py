@@ -45,6 +45,7 @@ from specwhisper.audio import SAMPLE_RATE, AudioLimits, load_audio
 from specwhisper.compare import CompareRequest, Comparison
 from specwhisper.decoding import WINDOW_S, DecodeResult
 from specwhisper.examples import Example
+from specwhisper.timing import cpu_features, cpu_model, device_name, has_amx
 
 EXIT_BAD_INPUT = 2
 # Benchmark clips are the user's own local files, not uploads: only sanity limits apply.
@@ -480,26 +481,12 @@ def totals(results: list[ClipResult]) -> Totals:
 # Where it ran
 
 
-def device_name(device: torch.device) -> str:
-    if device.type == "cuda":
-        return f"cuda ({torch.cuda.get_device_name(device)})"
-    return f"cpu ({cpu_model()})"
-
-
-def cpu_model() -> str:
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
-
-
 def hardware(device: torch.device) -> dict[str, Any]:
     info = {
         "device": device_name(device),
         "cpu": cpu_model(),
+        "cpu_features": cpu_features(),  # vector level and AMX: say it in every hardware line
+        "amx": has_amx(),
         "n_cpus": os.cpu_count(),
         "n_threads": torch.get_num_threads(),
         "platform": platform.platform(),

@@ -23,7 +23,7 @@ import torch
 from specwhisper import decoding, drafters, models, schedule
 from specwhisper.audio import SAMPLE_RATE
 from specwhisper.decoding import DecodeOptions, DecodeResult, Features
-from specwhisper.timing import Timings, alternate
+from specwhisper.timing import Timings, alternate, device_name
 
 Progress = Callable[[float, str], None]  # (fraction done, what is happening)
 Around = Callable[[str, Callable[[], DecodeResult]], DecodeResult]  # (side, its run) -> result
@@ -425,13 +425,6 @@ def comparison_of(
         main_revision=main.revision,
         assistant_revision=draft.revision,
     )
-
-
-def device_name(device: torch.device) -> str:
-    if device.type == "cuda":
-        return f"cuda ({torch.cuda.get_device_name(device)})"
-    threads = torch.get_num_threads()
-    return f"cpu ({threads} thread{'s' if threads != 1 else ''})"
 
 
 def leviathan_speedup(alpha: float, gamma: float, c: float) -> float:

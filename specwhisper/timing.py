@@ -1,4 +1,5 @@
-"""Honest timing: warm-up first, device sync around the timed region, alternating repeats, medians.
+"""Honest timing: warm-up first, device sync around the timed region, alternating repeats, medians,
+and what the timings ran on (device, CPU model and its matrix features).
 
 Nothing here knows about Whisper; it times callables. Speed goals live in the benchmark, never
 in tests.
@@ -7,10 +8,12 @@ in tests.
 from __future__ import annotations
 
 import contextlib
+import platform
 import statistics
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -121,3 +124,47 @@ class ForwardMeter:
     def _post(self, *_: Any) -> None:
         if not self._paused:
             self.total_s += clock(self.device) - self._start
+
+
+# ---------------------------------------------------------------------------------------------
+# Where it ran
+
+
+def device_name(device: torch.device) -> str:
+    """The device as every timing is labelled: GPU name, or CPU model, features and threads."""
+    if device.type == "cuda":
+        return f"cuda ({torch.cuda.get_device_name(device)})"
+    threads = torch.get_num_threads()
+    return f"cpu ({cpu_model()}; {cpu_features()}; {threads} thread{'s' if threads != 1 else ''})"
+
+
+def cpu_model() -> str:
+    for line in _cpuinfo():
+        if line.startswith("model name"):
+            return line.split(":", 1)[1].strip()
+    return platform.processor() or platform.machine()
+
+
+def cpu_flags() -> set[str]:
+    for line in _cpuinfo():
+        if line.startswith("flags"):
+            return set(line.split(":", 1)[1].split())
+    return set()
+
+
+def has_amx() -> bool:
+    """AMX-BF16 tile units (Sapphire Rapids and later): bf16 matmuls several times faster."""
+    return "amx_bf16" in cpu_flags()
+
+
+def cpu_features() -> str:
+    """torch's vector level and the matrix units, e.g. "AVX2, no AMX" or "AVX512, AMX"."""
+    vector = torch.backends.cpu.get_cpu_capability()
+    return f"{vector}, {'AMX' if has_amx() else 'no AMX'}"
+
+
+def _cpuinfo() -> list[str]:
+    try:
+        return Path("/proc/cpuinfo").read_text().splitlines()
+    except OSError:
+        return []

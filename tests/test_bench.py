@@ -273,3 +273,15 @@ def test_select_clips_takes_absolute_paths_and_paths_outside_the_manifest_folder
     assert [c.name for c in selected] == [absolute.as_posix(), f"../clips/{TINY_CLIPS[1]}"]
     assert [c.language for c in selected] == ["en", "es"]
     assert bench.select_clips(manifest, pattern="^/")[0].name == absolute.as_posix()
+
+
+def test_hardware_line_names_the_cpu_features():
+    """Every BENCHMARKS hardware line says the vector level and whether the CPU has AMX."""
+    import torch
+
+    info = bench.hardware(torch.device("cpu"))
+    cpuinfo = Path("/proc/cpuinfo")
+    if cpuinfo.is_file():
+        assert info["amx"] == ("amx_bf16" in cpuinfo.read_text())
+    assert info["cpu_features"] in info["device"]
+    assert info["cpu_features"].endswith("AMX")
