@@ -337,7 +337,7 @@ def run_clip(
     clip: Clip,
     req: CompareRequest,
     main: models.Loaded,
-    draft: models.Loaded,
+    assistant: models.Loaded,
     *,
     peer: tuple[int, str] | None,
     max_new_tokens: int | None = None,
@@ -348,7 +348,7 @@ def run_clip(
     score the transcripts. `peer`: the peer's (gamma, schedule), or None to time no peer."""
     peer_req = None
     timestamped = req.timestamps or len(clip.samples) > WINDOW_S * SAMPLE_RATE
-    if peer is not None and (draft.checkpoint.decoder_only or not timestamped):
+    if peer is not None and (assistant.checkpoint.decoder_only or not timestamped):
         # with a full Whisper assistant, transformers' engine does not reproduce timestamped
         # decoding (compare.TRANSFORMERS_TIMESTAMPS): no peer on such clips
         peer_req = dataclasses.replace(
@@ -363,7 +363,7 @@ def run_clip(
         clip.samples,
         req,
         main,
-        draft,
+        assistant,
         language=clip.language,
         peer=peer_req,
         max_new_tokens=max_new_tokens,
@@ -688,7 +688,7 @@ def run_all(
     clips: list[Clip],
     req: CompareRequest,
     main: models.Loaded,
-    draft: models.Loaded,
+    assistant: models.Loaded,
     args: argparse.Namespace,
 ) -> list[ClipResult]:
     """Every clip in turn, with a progress bar on stderr (one tick per decoding run)."""
@@ -712,7 +712,7 @@ def run_all(
                 clip,
                 req,
                 main,
-                draft,
+                assistant,
                 peer=peer,
                 max_new_tokens=args.max_new_tokens,
                 on_run=on_run,
@@ -736,13 +736,13 @@ def settings_of(
     args: argparse.Namespace,
     req: CompareRequest,
     main: models.Loaded,
-    draft: models.Loaded,
+    assistant: models.Loaded,
     load_s: float,
 ) -> dict[str, Any]:
     peer = peer_gamma(args)
     return {
         "main": main.checkpoint.label,
-        "assistant": draft.checkpoint.label,
+        "assistant": assistant.checkpoint.label,
         "engine": req.engine,
         "peer": args.peer,
         "gamma": req.gamma,
@@ -807,18 +807,18 @@ def main(argv: list[str] | None = None) -> int:
         if args.join:
             clips = join_clips(clips, args.join)
         check_clips(req, clips)
-        main_model, draft, load_s = compare.load_pair(req)
+        main_model, assistant, load_s = compare.load_pair(req)
     except ValueError as e:  # BenchError, CompareError, CheckpointError, AudioError
         print(f"error: {e}", file=sys.stderr, flush=True)
         return EXIT_BAD_INPUT
 
     # 2. what runs where, then every clip timed, then the table
     console = Console(file=sys.stdout, width=None if sys.stdout.isatty() else 160)
-    settings = settings_of(args, req, main_model, draft, load_s)
+    settings = settings_of(args, req, main_model, assistant, load_s)
     hw, libs = hardware(main_model.device), versions()
     print_header(console, settings, hw, libs, clips)
     try:
-        results = run_all(clips, req, main_model, draft, args)
+        results = run_all(clips, req, main_model, assistant, args)
     except compare.CompareError as e:  # the GPU ran out of memory
         print(f"error: {e}", file=sys.stderr, flush=True)
         return EXIT_BAD_INPUT

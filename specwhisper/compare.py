@@ -259,10 +259,10 @@ def load_pair(
     if progress:
         progress(0.1, f"Loading assistant {req.assistant}")
     if isinstance(assistant_ckpt, str):
-        draft = drafters.self_int8(main, cache)
+        assistant = drafters.self_int8(main, cache)
     else:
-        draft = cache.get(assistant_ckpt, device, dtype)
-    return main, draft, cache.total_load_s - before
+        assistant = cache.get(assistant_ckpt, device, dtype)
+    return main, assistant, cache.total_load_s - before
 
 
 def decode_options(
@@ -292,7 +292,7 @@ def compare(
     progress: Progress | None = None,
 ) -> Comparison:
     """Transcribe `samples` (float32 mono 16 kHz) with and without the assistant."""
-    main, draft, load_s = load_pair(req, cache=cache, progress=progress)
+    main, assistant, load_s = load_pair(req, cache=cache, progress=progress)
     n_runs = 2 * (req.repeats + 1)
     n_windows = max(1, math.ceil(len(samples) / SAMPLE_RATE / decoding.WINDOW_S))
     done = [0]
@@ -322,7 +322,7 @@ def compare(
         samples,
         req,
         main,
-        draft,
+        assistant,
         language=language_code(req.language),
         load_time_s=load_s,
         cache=cache,
@@ -335,7 +335,7 @@ def compare_loaded(
     samples: np.ndarray,
     req: CompareRequest,
     main: models.Loaded,
-    draft: models.Loaded,
+    assistant: models.Loaded,
     *,
     language: str | None,
     peer: CompareRequest | None = None,
@@ -358,15 +358,16 @@ def compare_loaded(
     opts = decode_options(req, main, language, max_new_tokens)
     if opts.return_timestamps or features.long_form:
         if any(r is not None and r.engine == "transformers" for r in (req, peer)):
-            if not draft.checkpoint.decoder_only:  # self-int8 and distil-style are
-                raise CompareError(TRANSFORMERS_TIMESTAMPS.format(assistant=draft.checkpoint.label))
+            if not assistant.checkpoint.decoder_only:  # self-int8 and distil-style are fine
+                label = assistant.checkpoint.label
+                raise CompareError(TRANSFORMERS_TIMESTAMPS.format(assistant=label))
     runs: dict[str, Callable[[], DecodeResult]] = {
         "baseline": lambda: decoding.decode_baseline(main, features, opts),
-        "speculative": lambda: decoding.decode_speculative(main, draft, features, opts),
+        "speculative": lambda: decoding.decode_speculative(main, assistant, features, opts),
     }
     if peer is not None:
         peer_opts = decode_options(peer, main, language, max_new_tokens)
-        runs["peer"] = lambda: decoding.decode_speculative(main, draft, features, peer_opts)
+        runs["peer"] = lambda: decoding.decode_speculative(main, assistant, features, peer_opts)
     if around is not None:
         runs = {side: functools.partial(around, side, fn) for side, fn in runs.items()}
     try:
@@ -384,7 +385,7 @@ def compare_loaded(
             timings[side],
             side_req,
             main,
-            draft,
+            assistant,
             load_time_s=load_time_s,
             duration_s=len(samples) / SAMPLE_RATE,
             language=language,
@@ -398,7 +399,7 @@ def comparison_of(
     spec: Timings,
     req: CompareRequest,
     main: models.Loaded,
-    draft: models.Loaded,
+    assistant: models.Loaded,
     *,
     load_time_s: float,
     duration_s: float,
@@ -411,7 +412,7 @@ def comparison_of(
         baseline_times_s=base.times_s,
         speculative_times_s=spec.times_s,
         main=main.checkpoint.label,
-        assistant=draft.checkpoint.label,
+        assistant=assistant.checkpoint.label,
         device=device_name(main.device),
         dtype=str(main.dtype).removeprefix("torch."),
         engine=req.engine,
@@ -423,7 +424,7 @@ def comparison_of(
         language=language,
         task=None if main.checkpoint.english_only else req.task,
         main_revision=main.revision,
-        assistant_revision=draft.revision,
+        assistant_revision=assistant.revision,
     )
 
 

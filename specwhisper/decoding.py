@@ -253,9 +253,9 @@ def _assistant_config(model: torch.nn.Module, settings: dict[str, Any]) -> Itera
 
 
 def decode_speculative(
-    main: Loaded, draft: Loaded, features: Features, opts: DecodeOptions
+    main: Loaded, assistant: Loaded, features: Features, opts: DecodeOptions
 ) -> DecodeResult:
-    """The same `generate` call with a draft, through our loop or transformers' assisted loop."""
+    """The same `generate` call with an assistant: our loop or transformers' assisted loop."""
     if opts.engine not in ENGINES:
         raise ValueError(f"unknown engine {opts.engine!r}; use one of {ENGINES}")
     if opts.gamma_schedule not in SCHEDULES:
@@ -268,7 +268,7 @@ def decode_speculative(
     context = contextlib.ExitStack()
     if opts.engine == "specwhisper":
         schedule = GammaSchedule(opts.gamma_schedule, max(opts.gamma, 0), max(opts.max_gamma, 1))
-        kwargs["custom_generate"] = own_loop(make_drafter(draft, main), schedule, stats)
+        kwargs["custom_generate"] = own_loop(make_drafter(assistant, main), schedule, stats)
     else:
         # transformers reads these from the assistant's generation config, not from generate().
         # adaptive: its own dynamic drafting (its defaults for assisted generation): up to gamma
@@ -283,8 +283,8 @@ def decode_speculative(
             # 0.0, not None: transformers fills a None with its default, 0.4
             assistant_confidence_threshold=0.4 if opts.gamma_schedule == "adaptive" else 0.0,
         )
-        kwargs["assistant_model"] = draft.model
-        context.enter_context(_assistant_config(draft.model, settings))
+        kwargs["assistant_model"] = assistant.model
+        context.enter_context(_assistant_config(assistant.model, settings))
         context.enter_context(record_candidates(main.model, stats, main.device))
     with meter, context, torch.inference_mode():
         output, seconds = timed(
