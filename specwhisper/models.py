@@ -125,6 +125,15 @@ def models_dir() -> Path:
     return Path(os.environ.get("SPECWHISPER_MODELS", "models")).expanduser().resolve()
 
 
+def shown(folder: Path) -> str:
+    """A folder as a message to a visitor may name it: relative to the working directory (the
+    app's), never the server's absolute path."""
+    try:
+        return "./" + folder.resolve().relative_to(Path.cwd().resolve()).as_posix()
+    except ValueError:
+        return folder.name
+
+
 def hub_offline() -> bool:
     """True when the Hub must not be used (HF_HUB_OFFLINE=1 or SPECWHISPER_OFFLINE=1)."""
     flags = (os.environ.get("HF_HUB_OFFLINE", ""), os.environ.get("SPECWHISPER_OFFLINE", ""))
@@ -273,13 +282,13 @@ def resolve(name: str, *, role: str = "main") -> Checkpoint:
                 f"'{name}' is not in the list of supported checkpoints; pick one from the list."
             )
         raise CheckpointError(
-            f"Unknown {role} checkpoint '{name}'. Use a listed Hub id, a folder in {root}"
+            f"Unknown {role} checkpoint '{name}'. Use a listed Hub id, a folder in {shown(root)}"
             + (", or 'self-int8'." if role == "assistant" else ".")
         )
     resolved = Path(os.path.normpath(path if path.is_absolute() else root / path))
     if not resolved.is_relative_to(root):
         raise CheckpointError(
-            f"Local checkpoints must be folders inside the models folder ({root}); "
+            f"Local checkpoints must be folders inside the models folder ({shown(root)}); "
             f"'{name}' is outside it."
         )
     if resolved.is_dir():

@@ -139,3 +139,12 @@ def test_self_int8_reads_half_precision_encoder_outputs(tiny_models):
         full = draft.model(input_ids=ids, encoder_outputs=(hidden.float(),)).logits
     assert hidden.dtype == torch.bfloat16 and half.dtype == torch.float32
     assert torch.equal(half, full)
+
+
+def test_refusals_never_show_the_servers_absolute_models_folder(tiny_models, use_models):
+    use_models(tiny_models)
+    for name in ("no-such-model", "../../etc"):
+        with pytest.raises(models.CheckpointError) as caught:
+            models.resolve(name)
+        assert str(tiny_models) not in str(caught.value)
+        assert tiny_models.name in str(caught.value)
