@@ -33,6 +33,10 @@ from specwhisper.models import (
     ModelCache,
 )
 
+# process(prefix ids, logits [1, V]) -> processed logits [1, V]: the main's logits processors
+# (warpers included when sampling) for the position after `prefix`.
+Process = Callable[[list[int], torch.Tensor], torch.Tensor]
+
 
 class Drafter(Protocol):
     def begin(self, encoder_hidden: torch.Tensor, cache: Any, features: torch.Tensor) -> None:
@@ -41,12 +45,19 @@ class Drafter(Protocol):
     def propose(self, tokens: list[int], n: int) -> list[int]:
         """Greedily continue `tokens` (the whole sequence so far) by n draft tokens."""
 
+    def sample(
+        self, tokens: list[int], n: int, process: Process, generator: torch.Generator | None
+    ) -> tuple[list[int], torch.Tensor]:
+        """Continue `tokens` by up to n tokens sampled from q, the draft's distribution after
+        `process` (the main's logits processors and warpers); also return q's rows [n, V]."""
+
     def accept(self, n_valid: int) -> None:
         """Only the first n_valid tokens of the sequence are final; forget the rest."""
 
 
 class _GreedyDrafter:
-    """Shared greedy proposing: subclasses provide `_forward(ids) -> last logits [V]`, and keep
+    """Shared proposing, greedy or sampled: subclasses provide `_forward(ids) -> last logits
+    [V]`, and keep
     `n` (tokens in their cache), `max_len`, `suppress` ([V] bool, never proposed) and `eos`
     (end-of-text ids: a draft stops after proposing one, since nothing follows it)."""
 
@@ -71,6 +82,26 @@ class _GreedyDrafter:
                 break
             logits = self._forward([token])
         return drafted
+
+    def sample(
+        self, tokens: list[int], n: int, process: Process, generator: torch.Generator | None
+    ) -> tuple[list[int], torch.Tensor]:
+        n = min(n, self.max_len - len(tokens))
+        drafted: list[int] = []
+        rows: list[torch.Tensor] = []
+        if n <= 0:
+            return drafted, torch.empty(0)
+        logits = self._forward(tokens[self.n :])
+        for _ in range(n):
+            masked = logits.float().masked_fill(self.suppress.to(logits.device), -math.inf)
+            q = torch.softmax(process([*tokens, *drafted], masked[None])[0], dim=-1)
+            token = int(torch.multinomial(q, 1, generator=generator))
+            drafted.append(token)
+            rows.append(q)
+            if token in self.eos or len(drafted) == n:
+                break
+            logits = self._forward([token])
+        return drafted, torch.stack(rows)
 
 
 # ---------------------------------------------------------------------------------------------

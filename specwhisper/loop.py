@@ -1,10 +1,11 @@
-"""Our speculative loop: one 30 s window, greedy, batch size 1, as a drop-in for the token
-loop of transformers' `generate`.
+"""Our speculative loop: one 30 s window, greedy or sampled, batch size 1, as a drop-in for the
+token loop of transformers' `generate`.
 
 Whisper's own `generate` does everything around it (language detection, prompts, logits
 processors, long-form windows), then hands the token loop to `speculative_decode` through its
-`custom_generate` hook (`own_loop`). The main model verifies every token, so the output equals
-the baseline's by construction; each step is recorded so the steps replay to the output.
+`custom_generate` hook (`own_loop`). The main model verifies every token, so greedy output
+equals the baseline's by construction, and sampled output has the baseline's distribution
+(speculative sampling); each step is recorded so the steps replay to the output.
 
 It does not draft (see drafters), choose gamma (see schedule) or time whole runs (see timing).
 """
@@ -50,17 +51,50 @@ class LoopStats:
 
 
 def accept(drafted: list[int], choice: list[int], eos: set[int], room: int) -> DraftStep:
-    """The accept rule: the longest prefix where draft == main, then the main's own token; the
-    step ends early on end-of-text (nothing follows it) or when `room` tokens are reached."""
+    """The greedy accept rule: the longest prefix where draft == main, then the main's own
+    token."""
     n_agree = 0
     while n_agree < len(drafted) and drafted[n_agree] == choice[n_agree]:
         n_agree += 1
-    new = [*drafted[:n_agree], choice[n_agree]]
+    return _cut(drafted, n_agree, choice[n_agree], eos, room)
+
+
+def accept_sampled(
+    drafted: list[int],
+    q: torch.Tensor,
+    p: torch.Tensor,
+    eos: set[int],
+    room: int,
+    generator: torch.Generator | None,
+) -> DraftStep:
+    """The speculative sampling rule (Leviathan et al. 2023, Chen et al. 2023), lossless in
+    distribution: keep drafted token x_i with probability min(1, p_i(x) / q_i(x)); at the first
+    rejection the main's token is drawn from normalize(max(0, p_i - q_i)); after a full accept,
+    from p_n. `q` [len(drafted), V] and `p` [len(drafted) + 1, V] are probabilities."""
+    n = 0
+    while n < len(drafted):
+        x = drafted[n]
+        u = torch.rand((), generator=generator, device=p.device)
+        if u * q[n, x] > p[n, x]:  # reject: u >= p/q
+            break
+        n += 1
+    dist = p[n]
+    if n < len(drafted):
+        residual = (p[n] - q[n]).clamp(min=0)
+        dist = residual if residual.sum() > 0 else p[n]
+    token = int(torch.multinomial(dist / dist.sum(), 1, generator=generator))
+    return _cut(drafted, n, token, eos, room)
+
+
+def _cut(drafted: list[int], n_kept: int, token: int, eos: set[int], room: int) -> DraftStep:
+    """The step that keeps drafted[:n_kept] and then the main's `token`, ending early on
+    end-of-text (nothing follows it) or when `room` tokens are reached."""
+    new = [*drafted[:n_kept], token]
     end = next((i + 1 for i, t in enumerate(new) if t in eos), len(new))
     keep = min(end, room)
-    if keep <= n_agree:  # ended inside the accepted draft: no token of the main's
+    if keep <= n_kept:  # ended inside the accepted draft: no token of the main's
         return DraftStep(tuple(drafted), keep, None)
-    return DraftStep(tuple(drafted), n_agree, choice[n_agree])
+    return DraftStep(tuple(drafted), n_kept, token)
 
 
 def step_tokens(step: DraftStep) -> list[int]:
@@ -79,13 +113,16 @@ def speculative_decode(
     generation_config: Any,
     *,
     inputs_tensor: torch.Tensor | None = None,
+    generator: torch.Generator | None = None,
     **model_kwargs: Any,
 ) -> Any:
-    """Greedy speculative decoding of one window; a drop-in for transformers' assisted loop.
+    """Speculative decoding of one window; a drop-in for transformers' assisted loop.
 
     Called by `generate` with the prompt in `input_ids` [1, T0], the logits processors Whisper
-    built, and the encoder outputs and cache in `model_kwargs`. Returns what transformers' loop
-    returns (sequences, or an output object).
+    built (with the sampling warpers when `generation_config.do_sample`), and the encoder
+    outputs and cache in `model_kwargs`. Greedy: identical tokens. Sampling: the same
+    distribution, drawn with `generator`. Returns what transformers' loop returns (sequences,
+    or an output object).
     """
     from transformers.generation.utils import GenerateEncoderDecoderOutput
 
@@ -96,13 +133,24 @@ def speculative_decode(
     eos = generation_config._eos_token_tensor
     eos = set() if eos is None else set(eos.tolist())
     max_length = generation_config.max_length
-    verify = _verifier(main, cache, encoder_hidden, list(logits_processor))
+    processors = list(logits_processor)
+    verify = _verifier(main, cache, encoder_hidden, processors)
+    sampling = bool(getattr(generation_config, "do_sample", False))
+
+    def process(prefix: list[int], logits: torch.Tensor) -> torch.Tensor:
+        return _process(processors, torch.tensor([prefix], device=device), logits)
+
+    def pick(logits: torch.Tensor) -> int:
+        if not sampling:
+            return int(logits.argmax())
+        return int(torch.multinomial(torch.softmax(logits, -1), 1, generator=generator))
+
     tokens = input_ids[0].tolist()
     stats.n_windows += 1
     with torch.inference_mode():
         # 1. Prefill: the main reads the prompt and gives the first token, as the baseline does.
         #    Its time (which includes the cross-attention K/V) is not a verify cost: not timed.
-        step = DraftStep((), 0, int(verify([], tokens, 1)[0].argmax()))
+        step = DraftStep((), 0, pick(verify([], tokens, 1)[0]))
         drafter.begin(encoder_hidden, cache, inputs_tensor)
         while True:
             # 2. Record the step and extend the sequence; stop at end-of-text or the length limit.
@@ -113,14 +161,24 @@ def speculative_decode(
             # 3. Draft gamma tokens, leaving room for the main's own token (0: does not pay).
             gamma = max(0, min(schedule.next(), max_length - len(tokens) - 1))
             t0 = clock(device)
+            drafted, q = [], None
             with stats.drafting():
-                drafted = drafter.propose(tokens, gamma) if gamma > 0 else []
+                if gamma > 0 and sampling:
+                    drafted, q = drafter.sample(tokens, gamma, process, generator)
+                elif gamma > 0:
+                    drafted = drafter.propose(tokens, gamma)
             t1 = clock(device)
             # 4. Verify: one main pass over the last token plus the draft -> [g+1, V] logits.
-            choice = verify(tokens[:-1], [tokens[-1], *drafted], len(drafted) + 1).argmax(-1)
+            rows = verify(tokens[:-1], [tokens[-1], *drafted], len(drafted) + 1)
             t2 = clock(device)
-            # 5. Accept the longest agreeing prefix, then the main's own token.
-            step = accept(drafted, choice.tolist(), eos, max_length - len(tokens))
+            # 5. Accept the longest agreeing prefix (sampling: each with probability min(1, p/q)),
+            #    then the main's own token.
+            room = max_length - len(tokens)
+            if sampling:
+                p = torch.softmax(rows, -1)
+                step = accept_sampled(drafted, q, p, eos, room, generator)
+            else:
+                step = accept(drafted, rows.argmax(-1).tolist(), eos, room)
             # 6. Roll both caches back to the kept tokens (the newest one is not fed yet).
             n_valid = len(tokens) + len(step_tokens(step)) - 1
             crop_cache(cache, n_valid)
@@ -199,7 +257,12 @@ def _process(processors: list[Any], prefix: torch.Tensor, logits: torch.Tensor) 
     return logits
 
 
-def own_loop(drafter: Drafter, schedule: GammaSchedule, stats: LoopStats) -> Callable[..., Any]:
+def own_loop(
+    drafter: Drafter,
+    schedule: GammaSchedule,
+    stats: LoopStats,
+    generator: torch.Generator | None = None,
+) -> Callable[..., Any]:
     """A `custom_generate` callable: `generate` builds everything as for the baseline (greedy
     mode, same logits processors and cache) and hands the token loop to `speculative_decode`.
     Our loop ends on end-of-text and the length limit itself, so generate's stopping criteria
@@ -224,7 +287,7 @@ def own_loop(drafter: Drafter, schedule: GammaSchedule, stats: LoopStats) -> Cal
             kwargs.pop(key, None)
         return speculative_decode(
             model, drafter, schedule, stats, input_ids, logits_processor, generation_config,
-            inputs_tensor=inputs_tensor, **kwargs,
+            inputs_tensor=inputs_tensor, generator=generator, **kwargs,
         )  # fmt: skip
 
     return loop

@@ -216,3 +216,131 @@ def test_accept_rule():
     assert accept([5, 6, 7], [5, 6, 7, 8], set(), 4) == DraftStep((5, 6, 7), 3, 8)
     # nothing drafted: the main's token alone
     assert accept([], [4], set(), 1) == DraftStep((), 0, 4)
+
+
+# ---------------------------------------------------------------------------------------------
+# Speculative sampling: the main's distribution, whatever the draft's
+
+K = 3  # sampled tokens per run
+N_RUNS = 3_000  # enough to catch a 5% shift (test_a_five_percent_shift_is_detectable)
+
+
+def markov(seed: int, sharpness: float) -> torch.Tensor:
+    """A [V, V] next-token table over tokens 3-8 (no end-of-text), as probabilities."""
+    g = torch.Generator().manual_seed(seed)
+    table = torch.zeros(V, V)
+    table[:, 3:9] = torch.softmax(sharpness * torch.randn(V, 6, generator=g), -1)
+    return table
+
+
+def sampled_runs(main_table, draft_table, gamma: int, seed: int = 0) -> torch.Tensor:
+    """N_RUNS runs of K sampled tokens: [N_RUNS, K]."""
+
+    def from_table(table):
+        return lambda tokens: table[tokens[-1]].log().clamp(min=-1e4)  # finite: x @ I
+
+    g = torch.Generator().manual_seed(seed)
+    config = SimpleNamespace(
+        _eos_token_tensor=torch.tensor([EOS]),
+        max_length=len(PROMPT) + K,
+        return_dict_in_generate=False,
+        do_sample=True,
+    )
+    out = []
+    main = scripted_main(None)
+    main.model.decoder = ProbabilityDecoder(from_table(main_table))
+    drafter = ScriptedDrafter(None, len(PROMPT) + K)
+    drafter._forward = _table_forward(drafter, draft_table)
+    for _ in range(N_RUNS):
+        ids = speculative_decode(
+            main, drafter, GammaSchedule("constant", gamma, gamma), LoopStats(),
+            torch.tensor([PROMPT]), [], config, generator=g,
+            past_key_values=TokenCache(),
+            encoder_outputs=SimpleNamespace(last_hidden_state=torch.zeros(1, 1, 4)),
+        )  # fmt: skip
+        out.append(ids[0, len(PROMPT) :].tolist())
+    return torch.tensor(out)
+
+
+class ProbabilityDecoder(ScriptedDecoder):
+    """Hidden state = log-probabilities of the next token (the output head is the identity)."""
+
+    def forward(self, input_ids, encoder_hidden_states, past_key_values, use_cache):
+        rows = []
+        for token in input_ids[0].tolist():
+            past_key_values.tokens.append(token)
+            rows.append(self.next_token(past_key_values.tokens))
+        return SimpleNamespace(last_hidden_state=torch.stack(rows)[None])
+
+
+def _table_forward(drafter, table):
+    def forward(ids):
+        drafter.tokens += ids
+        drafter.n = len(drafter.tokens)
+        return table[drafter.tokens[-1]].log().clamp(min=-1e4)
+
+    return forward
+
+
+def chi_square_p(samples: torch.Tensor, expected: torch.Tensor) -> float:
+    from scipy.stats import chisquare
+
+    cells = expected > 0
+    counts = torch.bincount(samples, minlength=V)[cells].double()
+    expected = expected[cells].double()
+    return float(chisquare(counts, expected / expected.sum() * counts.sum()).pvalue)
+
+
+def marginals(table: torch.Tensor) -> list[torch.Tensor]:
+    """The exact distribution of each of the K tokens when the main samples on its own."""
+    dist = table[PROMPT[-1]]
+    out = [dist]
+    for _ in range(K - 1):
+        dist = dist @ table
+        out.append(dist)
+    return out
+
+
+MAIN_TABLE = markov(seed=1, sharpness=1.0)
+DRAFT_TABLE = markov(seed=2, sharpness=3.0)  # a draft that disagrees strongly
+
+
+@pytest.mark.parametrize("gamma", [1, 4])
+def test_speculative_sampling_keeps_the_main_distribution(gamma):
+    runs = sampled_runs(MAIN_TABLE, DRAFT_TABLE, gamma)
+    for position, expected in enumerate(marginals(MAIN_TABLE)):
+        assert chi_square_p(runs[:, position], expected) > 1e-3, f"token {position}"
+
+
+def test_the_distribution_test_catches_a_broken_acceptance_rule(monkeypatch):
+    """A classic bug: on a rejection, draw the main's token from p instead of the residual
+    max(0, p - q). The draft's agreement then leaks in, and the test above sees it."""
+    from specwhisper import loop
+
+    def broken(drafted, q, p, eos, room, generator):
+        n = 0
+        while n < len(drafted):
+            u = torch.rand((), generator=generator)
+            if u * q[n, drafted[n]] > p[n, drafted[n]]:
+                break
+            n += 1
+        token = int(torch.multinomial(p[n], 1, generator=generator))
+        return loop._cut(drafted, n, token, eos, room)
+
+    monkeypatch.setattr(loop, "accept_sampled", broken)
+    runs = sampled_runs(MAIN_TABLE, DRAFT_TABLE, gamma=4)
+    p_values = [chi_square_p(runs[:, i], m) for i, m in enumerate(marginals(MAIN_TABLE))]
+    assert min(p_values) < 1e-6
+
+
+def test_a_five_percent_shift_is_detectable():
+    """The sample size is enough: moving 5% of the probability from the first token's most
+    likely value to another fails the test."""
+    expected = marginals(MAIN_TABLE)[0]
+    shifted = expected.clone()
+    top = int(expected.argmax())
+    other = int(torch.where(expected > 0, expected, 2.0).argmin())  # the least likely token
+    shifted[top] -= 0.05
+    shifted[other] += 0.05
+    draws = torch.multinomial(shifted, N_RUNS, replacement=True, generator=torch.Generator())
+    assert chi_square_p(draws, expected) < 1e-3
