@@ -46,6 +46,10 @@ class DecodeOptions:
     max_gamma: int = 12  # the adaptive schedule never drafts more than this
     engine: str = "specwhisper"  # speculative engine: our loop, or transformers' assisted loop
     max_new_tokens: int | None = None  # per window; None: Whisper's limit (448 minus prompt)
+    temperature: float = 0.0  # 0: greedy (identical tokens); > 0: sampling (same distribution)
+    top_k: int | None = None  # sampling only, applied to both models alike
+    top_p: float | None = None  # sampling only
+    seed: int = 0  # sampling only: the same seed repeats a run
 
 
 @dataclass(frozen=True)
@@ -115,6 +119,12 @@ def prepare_features(main: Loaded, samples: np.ndarray) -> Features:
 def generate_kwargs(main: Loaded, features: Features, opts: DecodeOptions) -> dict[str, Any]:
     """The keyword arguments every engine passes to `generate`, identical for all of them."""
     kwargs: dict[str, Any] = dict(do_sample=False, num_beams=1)
+    if opts.temperature > 0:
+        kwargs |= dict(do_sample=True, temperature=opts.temperature)
+        if opts.top_k:
+            kwargs["top_k"] = opts.top_k
+        if opts.top_p is not None and opts.top_p < 1.0:
+            kwargs["top_p"] = opts.top_p
     if opts.max_new_tokens is not None:
         kwargs["max_new_tokens"] = opts.max_new_tokens
     if features.attention_mask is not None:
@@ -226,8 +236,11 @@ def _finish(
 
 
 def decode_baseline(main: Loaded, features: Features, opts: DecodeOptions) -> DecodeResult:
-    """Plain greedy `generate`, as a user runs it: the reference both columns are held to."""
+    """Plain `generate` (greedy, or sampling when opts.temperature > 0), as a user runs it: the
+    reference both columns are held to."""
     kwargs = generate_kwargs(main, features, opts)
+    if opts.temperature > 0:
+        torch.manual_seed(opts.seed)
     with ForwardMeter(main.model.model.decoder, main.device) as meter, torch.inference_mode():
         encoder = ForwardMeter(main.model.model.encoder)
         with encoder:
@@ -268,7 +281,11 @@ def decode_speculative(
     context = contextlib.ExitStack()
     if opts.engine == "specwhisper":
         schedule = GammaSchedule(opts.gamma_schedule, max(opts.gamma, 0), max(opts.max_gamma, 1))
-        kwargs["custom_generate"] = own_loop(make_drafter(assistant, main), schedule, stats)
+        generator = None
+        if opts.temperature > 0:
+            generator = torch.Generator(device=main.device).manual_seed(opts.seed)
+        drafter = make_drafter(assistant, main)
+        kwargs["custom_generate"] = own_loop(drafter, schedule, stats, generator)
     else:
         # transformers reads these from the assistant's generation config, not from generate().
         # adaptive: its own dynamic drafting (its defaults for assisted generation): up to gamma
@@ -286,6 +303,8 @@ def decode_speculative(
         kwargs["assistant_model"] = assistant.model
         context.enter_context(_assistant_config(assistant.model, settings))
         context.enter_context(record_candidates(main.model, stats, main.device))
+    if opts.temperature > 0:
+        torch.manual_seed(opts.seed)  # transformers' engine samples from the global generator
     with meter, context, torch.inference_mode():
         output, seconds = timed(
             lambda: main.model.generate(features.input_features, **kwargs), main.device

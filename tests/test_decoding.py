@@ -253,3 +253,37 @@ def test_transformers_assisted_generation_with_timestamps_is_not_the_baseline(
             assert theirs.n_tokens < base.n_tokens // 2  # stopped after the first segment
         else:
             assert theirs.token_ids == base.token_ids
+
+
+@pytest.mark.parametrize("assistant", ["tiny-random-a", "tiny-random-b", models.SELF_INT8])
+def test_sampling_is_seeded_and_replays(loaded, assistant):
+    """Temperature > 0: a seeded run repeats exactly, its steps replay to its tokens, and a main
+    drafting for itself (q = p) has every drafted token accepted."""
+    main, drafts = loaded
+    opts = DecodeOptions(
+        language="en", task="transcribe", gamma=4, gamma_schedule="constant",
+        max_new_tokens=30, temperature=0.8, top_k=50, seed=3,
+    )  # fmt: skip
+    for samples in _inputs(3):
+        features = decoding.prepare_features(main, samples)
+        first = decoding.decode_speculative(main, drafts[assistant], features, opts)
+        again = decoding.decode_speculative(main, drafts[assistant], features, opts)
+        assert first.token_ids == again.token_ids and first.n_tokens > 0
+        replayed = [t for s in first.steps for t in step_tokens(s)]
+        assert replayed[: first.n_tokens] == list(first.token_ids)
+        if assistant == "tiny-random-a":
+            assert first.n_accepted == first.n_draft_tokens
+        base = decoding.decode_baseline(main, features, opts)
+        assert base.token_ids == decoding.decode_baseline(main, features, opts).token_ids
+
+
+def test_transformers_engine_samples_too(loaded):
+    main, drafts = loaded
+    opts = DecodeOptions(
+        language="en", task="transcribe", gamma=4, max_new_tokens=20, temperature=0.8, seed=5,
+        engine="transformers",
+    )  # fmt: skip
+    features = decoding.prepare_features(main, _inputs(1)[0])
+    first = decoding.decode_speculative(main, drafts["tiny-random-b"], features, opts)
+    again = decoding.decode_speculative(main, drafts["tiny-random-b"], features, opts)
+    assert first.token_ids == again.token_ids and first.n_tokens > 0
