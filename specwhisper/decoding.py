@@ -34,6 +34,23 @@ ENGINES = ("specwhisper", "transformers")
 WINDOW_S = 30.0
 
 
+# Whisper's long-form recipe (OpenAI's, as transformers runs it): a window is decoded greedily,
+# and again at each higher temperature while it fails a check. transformers measures the
+# compression ratio on token ids, where its documented 1.35 plays the part of OpenAI's 2.4 on text.
+FALLBACK: dict[str, Any] = dict(
+    temperature=(0.0, 0.2, 0.4, 0.6, 0.8, 1.0),
+    compression_ratio_threshold=1.35,
+    logprob_threshold=-1.0,
+    no_speech_threshold=0.6,
+)
+
+
+TRANSFORMERS_FALLBACK = (
+    "transformers' assisted generation cannot run Whisper's temperature fallback (it fails on "
+    "the first retried window); pick the specwhisper engine for the fallback recipe."
+)
+
+
 @dataclass(frozen=True)
 class DecodeOptions:
     """What to decode and how to speculate. Whisper's own defaults apply where None."""
@@ -50,6 +67,7 @@ class DecodeOptions:
     top_k: int | None = None  # sampling only, applied to both models alike
     top_p: float | None = None  # sampling only
     seed: int = 0  # sampling only: the same seed repeats a run
+    fallback: bool = False  # Whisper's temperature fallback (FALLBACK), in both columns alike
 
 
 @dataclass(frozen=True)
@@ -76,6 +94,8 @@ class DecodeResult:
     segments: tuple[Segment, ...] = ()  # with timestamps only
     main_forward_s: float = 0.0  # total time inside main decoder forwards (incl. proj)
     draft_s: float = 0.0  # total time inside the draft
+    # with the fallback recipe: the temperature each decoded window ended at (0.0: greedy)
+    window_temperatures: tuple[float, ...] = ()
 
     @property
     def acceptance_rate(self) -> float:
@@ -119,6 +139,8 @@ def prepare_features(main: Loaded, samples: np.ndarray) -> Features:
 def generate_kwargs(main: Loaded, features: Features, opts: DecodeOptions) -> dict[str, Any]:
     """The keyword arguments every engine passes to `generate`, identical for all of them."""
     kwargs: dict[str, Any] = dict(do_sample=False, num_beams=1)
+    if opts.fallback:
+        kwargs |= FALLBACK
     if opts.temperature > 0:
         kwargs |= dict(do_sample=True, temperature=opts.temperature)
         if opts.top_k:
@@ -235,19 +257,44 @@ def _finish(
     )
 
 
+@contextlib.contextmanager
+def record_fallback(model: torch.nn.Module, temperatures: list[float]) -> Iterator[None]:
+    """Record the temperature each window ended at under Whisper's fallback recipe, by watching
+    generate's own per-attempt check (`_need_fallback`)."""
+    original = model._need_fallback
+    last = FALLBACK["temperature"][-1]
+
+    def wrapped(*args: Any, **kwargs: Any) -> Any:
+        needs, skip = original(*args, **kwargs)
+        temperature = float(args[-1] if args else kwargs["temperature"])
+        if not needs or temperature >= last:
+            temperatures.append(temperature)
+        return needs, skip
+
+    model._need_fallback = wrapped
+    try:
+        yield
+    finally:
+        del model._need_fallback
+
+
 def decode_baseline(main: Loaded, features: Features, opts: DecodeOptions) -> DecodeResult:
     """Plain `generate` (greedy, or sampling when opts.temperature > 0), as a user runs it: the
     reference both columns are held to."""
     kwargs = generate_kwargs(main, features, opts)
-    if opts.temperature > 0:
+    if opts.temperature > 0 or opts.fallback:
         torch.manual_seed(opts.seed)
+    temperatures: list[float] = []
     with ForwardMeter(main.model.model.decoder, main.device) as meter, torch.inference_mode():
         encoder = ForwardMeter(main.model.model.encoder)
-        with encoder:
+        with encoder, record_fallback(main.model, temperatures):
             output, seconds = timed(
                 lambda: main.model.generate(features.input_features, **kwargs), main.device
             )
-    return _finish(main, output, seconds, "generate", meter, n_windows=encoder.n_calls)
+    return _finish(
+        main, output, seconds, "generate", meter,
+        n_windows=encoder.n_calls, window_temperatures=tuple(temperatures),
+    )  # fmt: skip
 
 
 @contextlib.contextmanager
@@ -273,6 +320,10 @@ def decode_speculative(
         raise ValueError(f"unknown engine {opts.engine!r}; use one of {ENGINES}")
     if opts.gamma_schedule not in SCHEDULES:
         raise ValueError(f"unknown gamma schedule {opts.gamma_schedule!r}; use one of {SCHEDULES}")
+    if opts.engine == "transformers" and opts.fallback:
+        # transformers 5.23 fails inside generate_with_fallback when an assistant is passed (a
+        # retried window's input is None: TypeError), so only our loop runs the recipe.
+        raise ValueError(TRANSFORMERS_FALLBACK)
     if opts.engine == "transformers" and opts.gamma < 1:
         raise ValueError("transformers' assisted generation drafts at least one token (gamma 1)")
     kwargs = generate_kwargs(main, features, opts)
@@ -282,7 +333,7 @@ def decode_speculative(
     if opts.engine == "specwhisper":
         schedule = GammaSchedule(opts.gamma_schedule, max(opts.gamma, 0), max(opts.max_gamma, 1))
         generator = None
-        if opts.temperature > 0:
+        if opts.temperature > 0 or opts.fallback:
             generator = torch.Generator(device=main.device).manual_seed(opts.seed)
         drafter = make_drafter(assistant, main)
         kwargs["custom_generate"] = own_loop(drafter, schedule, stats, generator)
@@ -303,8 +354,10 @@ def decode_speculative(
         kwargs["assistant_model"] = assistant.model
         context.enter_context(_assistant_config(assistant.model, settings))
         context.enter_context(record_candidates(main.model, stats, main.device))
-    if opts.temperature > 0:
+    if opts.temperature > 0 or opts.fallback:
         torch.manual_seed(opts.seed)  # transformers' engine samples from the global generator
+    temperatures: list[float] = []
+    context.enter_context(record_fallback(main.model, temperatures))
     with meter, context, torch.inference_mode():
         output, seconds = timed(
             lambda: main.model.generate(features.input_features, **kwargs), main.device
@@ -322,6 +375,7 @@ def decode_speculative(
         n_draft_tokens=n_draft,
         n_accepted=n_acc,
         draft_s=stats.draft_s,
+        window_temperatures=tuple(temperatures),
     )
 
 

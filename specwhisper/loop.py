@@ -45,7 +45,8 @@ class LoopStats:
 
     steps: list[DraftStep] = field(default_factory=list)
     draft_s: float = 0.0  # total time inside the drafter, device synced
-    n_windows: int = 0  # windows decoded (one call per 30 s window)
+    n_windows: int = 0  # windows decoded (one call per 30 s window, and per fallback retry)
+    temperatures: list[float] = field(default_factory=list)  # each call's (0.0: greedy)
     # hides the drafter's forwards from the main's forward counter (a main drafting for itself)
     drafting: Callable[[], Any] = contextlib.nullcontext
 
@@ -147,15 +148,23 @@ def speculative_decode(
 
     tokens = input_ids[0].tolist()
     stats.n_windows += 1
+    temperature = getattr(generation_config, "temperature", None) or 0.0
+    stats.temperatures.append(float(temperature) if sampling else 0.0)
+    # the processed logits of every kept token, when generate asks (Whisper's fallback checks)
+    want_scores = getattr(generation_config, "output_scores", False)
+    scores: list[torch.Tensor] | None = [] if want_scores else None
     with torch.inference_mode():
         # 1. Prefill: the main reads the prompt and gives the first token, as the baseline does.
         #    Its time (which includes the cross-attention K/V) is not a verify cost: not timed.
-        step = DraftStep((), 0, pick(verify([], tokens, 1)[0]))
+        rows = verify([], tokens, 1)
+        step = DraftStep((), 0, pick(rows[0]))
         drafter.begin(encoder_hidden, cache, inputs_tensor)
         while True:
             # 2. Record the step and extend the sequence; stop at end-of-text or the length limit.
             stats.steps.append(step)
             tokens.extend(step_tokens(step))
+            if scores is not None:  # row i scored the step's i-th token
+                scores.extend(rows[i : i + 1] for i in range(len(step_tokens(step))))
             if tokens[-1] in eos or len(tokens) >= max_length:
                 break
             # 3. Draft gamma tokens, leaving room for the main's own token (0: does not pay).
@@ -187,7 +196,11 @@ def speculative_decode(
             schedule.update(len(drafted), step.n_accepted, t1 - t0, t2 - t1)
     sequences = torch.tensor([tokens], device=device)
     if generation_config.return_dict_in_generate:
-        return GenerateEncoderDecoderOutput(sequences=sequences, past_key_values=cache)
+        return GenerateEncoderDecoderOutput(
+            sequences=sequences,
+            scores=None if scores is None else tuple(scores),
+            past_key_values=cache,
+        )
     return sequences
 
 

@@ -287,3 +287,38 @@ def test_transformers_engine_samples_too(loaded):
     first = decoding.decode_speculative(main, drafts["tiny-random-b"], features, opts)
     again = decoding.decode_speculative(main, drafts["tiny-random-b"], features, opts)
     assert first.token_ids == again.token_ids and first.n_tokens > 0
+
+
+def test_fallback_recipe_runs_in_both_columns(loaded, monkeypatch):
+    """Whisper's temperature fallback: a window forced to fail the compression check falls back
+    (to the last temperature) in both columns; a clean window stays greedy and identical."""
+    main, drafts = loaded
+    opts = DecodeOptions(
+        language="en", task="transcribe", gamma=3, max_new_tokens=20, fallback=True, seed=1,
+    )  # fmt: skip
+    features = decoding.prepare_features(main, _inputs(1)[0])
+    monkeypatch.setitem(decoding.FALLBACK, "logprob_threshold", None)
+    monkeypatch.setitem(decoding.FALLBACK, "no_speech_threshold", None)
+    monkeypatch.setitem(decoding.FALLBACK, "compression_ratio_threshold", 1e9)  # clean
+    base = decoding.decode_baseline(main, features, opts)
+    spec = decoding.decode_speculative(main, drafts["tiny-random-b"], features, opts)
+    assert base.window_temperatures == spec.window_temperatures == (0.0,)
+    assert spec.token_ids == base.token_ids
+    monkeypatch.setitem(decoding.FALLBACK, "compression_ratio_threshold", 0.0)  # always fails
+    base = decoding.decode_baseline(main, features, opts)
+    spec = decoding.decode_speculative(main, drafts["tiny-random-b"], features, opts)
+    assert base.window_temperatures == spec.window_temperatures == (1.0,)
+    assert spec.n_tokens > 0
+
+
+def test_fallback_with_whispers_thresholds(loaded):
+    """The recipe as shipped (log-probability and no-speech checks included) runs our loop."""
+    main, drafts = loaded
+    opts = DecodeOptions(language="en", task="transcribe", max_new_tokens=20, fallback=True)
+    features = decoding.prepare_features(main, _inputs(1)[0])
+    spec = decoding.decode_speculative(main, drafts[models.SELF_INT8], features, opts)
+    ladder = decoding.FALLBACK["temperature"]
+    assert spec.window_temperatures and set(spec.window_temperatures) <= set(ladder)
+    with pytest.raises(ValueError, match="cannot run Whisper's temperature fallback"):
+        peer = dataclasses.replace(opts, engine="transformers")
+        decoding.decode_speculative(main, drafts["tiny-random-b"], features, peer)
