@@ -43,7 +43,7 @@ from transformers.models.whisper.tokenization_whisper import LANGUAGES
 
 from specwhisper import compare, decoding, models
 from specwhisper.audio import SAMPLE_RATE, AudioError, AudioLimits, load_audio
-from specwhisper.compare import CompareError, CompareRequest
+from specwhisper.compare import SAMPLING_NOTE, CompareError, CompareRequest
 from specwhisper.examples import Example, read_manifest
 from specwhisper.models import CheckpointError
 from specwhisper.schedule import SCHEDULES
@@ -119,6 +119,9 @@ def run_compare(
     dtype: str = "auto",
     timestamps: bool = False,
     engine: str = "specwhisper",
+    temperature: float = 0.0,
+    seed: int = 0,
+    fallback: bool = False,
     progress: gr.Progress = gr.Progress(),  # noqa: B008 - gradio's way to ask for a progress bar
 ) -> dict[str, Any]:
     """Transcribe an audio file with Whisper alone (greedy) and with an assistant model drafting
@@ -137,6 +140,11 @@ def run_compare(
         dtype: "auto" (float16 on GPU, float32 on CPU), "float32", "float16" or "bfloat16".
         timestamps: segment timestamps in both runs.
         engine: "specwhisper" (our speculative loop) or "transformers" (assisted generation).
+        temperature: 0 for greedy (token-identical); above 0, both sides sample (speculative
+            sampling: identical in distribution, not token for token).
+        seed: the sampling seed; the same seed repeats a run.
+        fallback: Whisper's temperature fallback recipe (greedy first, then 0.2 ... 1.0 for
+            windows that fail its checks), in both runs; our engine only.
     Returns:
         JSON with `baseline` and `speculative` (text, token ids, time, speed)
         `identical`, `first_divergence`, `speedup`, the pair, device, dtype and audio notes.
@@ -152,6 +160,9 @@ def run_compare(
         dtype=dtype,
         timestamps=timestamps,
         engine=engine,
+        temperature=temperature,
+        seed=seed,
+        fallback=fallback,
     )
     return _compare(audio, req, progress).result
 
@@ -196,8 +207,15 @@ def _request(**settings: Any) -> CompareRequest:
     with _person_errors():
         try:
             gamma, repeats = int(settings["gamma"]), int(settings["repeats"])
+            seed = int(settings.get("seed") or 0)
         except (TypeError, ValueError):
-            raise CompareError("Draft tokens (gamma) and repeats must be whole numbers.") from None
+            raise CompareError(
+                "Draft tokens (gamma), repeats and the seed must be whole numbers."
+            ) from None
+        try:
+            temperature = float(settings.get("temperature") or 0.0)
+        except (TypeError, ValueError):
+            raise CompareError("The temperature must be a number (0: greedy).") from None
         return CompareRequest(
             main=settings["main"] or "",
             assistant=settings["assistant"] or "",
@@ -209,6 +227,9 @@ def _request(**settings: Any) -> CompareRequest:
             dtype=settings["dtype"] or "auto",
             timestamps=bool(settings["timestamps"]),
             engine=settings["engine"] or "specwhisper",
+            temperature=temperature,
+            seed=seed,
+            fallback=bool(settings.get("fallback")),
         )
 
 
@@ -395,14 +416,20 @@ def _examples() -> list[Example]:
 def render_verdict(result: Mapping[str, Any], pieces: Mapping[int, str]) -> str:
     """The headline: IDENTICAL or MISMATCH, the measured and predicted speed-up, load time."""
     base, spec = result["baseline"], result["speculative"]
+    sampled = result.get("decoding", "greedy") != "greedy"
     if result["identical"]:
         badge = _badge("IDENTICAL", "#15803d")
         same = (
             f"{badge} The speculative output has the same {len(base['token_ids'])} token ids "
             "as the baseline."
         )
+    elif sampled and any(t > 0 for t in _temperatures(result)):
+        badge = _badge("SAME DISTRIBUTION", "#2563eb")
+        same = f"{badge} {html.escape(SAMPLING_NOTE)}"
     else:
         same = render_mismatch(result, pieces)
+    if sampled:
+        same += f'<div style="margin-top: 6px">{html.escape(decoding_line(result))}</div>'
     speedup = result["speedup"]
     faster = "faster" if speedup >= 1 else "slower than the baseline on this run"
     predicted = (
@@ -440,6 +467,28 @@ def render_verdict(result: Mapping[str, Any], pieces: Mapping[int, str]) -> str:
         f'<div style="opacity: 0.7; margin-top: 6px; font-size: 0.9em">{setup}</div>'
         + (f'<ul style="margin-top: 6px">{notes}</ul>' if notes else "")
         + "</div>"
+    )
+
+
+def _temperatures(result: Mapping[str, Any]) -> list[float]:
+    """The temperatures the speculative side decoded at (one per window with the fallback)."""
+    if result.get("decoding") == "sampling":
+        return [result["temperature"]]
+    return list(result["speculative"].get("window_temperatures", []))
+
+
+def decoding_line(result: Mapping[str, Any]) -> str:
+    """Which decoding ran, and with the fallback where each window ended, on both sides."""
+    if result["decoding"] == "sampling":
+        return f"Sampling at temperature {result['temperature']:g}, seed {result['seed']}."
+    ends = []
+    for name in ("baseline", "speculative"):
+        temps = result[name].get("window_temperatures", [])
+        fell = [f"window {i + 1} at {t:g}" for i, t in enumerate(temps) if t > 0]
+        ends.append(f"{name}: " + (", ".join(fell) if fell else "every window stayed greedy"))
+    return (
+        "Whisper's temperature fallback (greedy windows stay token for token; a window that "
+        f"fell back is sampled, seed {result['seed']}). " + "; ".join(ends) + "."
     )
 
 
@@ -942,6 +991,19 @@ def build_demo() -> gr.Blocks:
                         "30 s or less, no timestamps (it stops after the first segment there)",
                     )
                     timestamps = gr.Checkbox(False, label="Timestamps (segments in both columns)")
+                    with gr.Row():
+                        temperature = gr.Slider(
+                            0.0, 1.0, value=0.0, step=0.1, label="Temperature",
+                            info="0: greedy, token for token. Above 0 both sides sample: the "
+                            "same distribution, not the same tokens.",
+                        )  # fmt: skip
+                        seed = gr.Number(0, precision=0, label="Seed", minimum=0)
+                    fallback = gr.Checkbox(
+                        False,
+                        label="Whisper's temperature fallback (both columns; our engine only)",
+                        info="Each window greedy first, then 0.2 … 1.0 while it fails Whisper's "
+                        "checks (compression ratio, log-probability, no speech).",
+                    )
                 run = gr.Button("Compare", variant="primary", size="lg", interactive=bool(mains))
 
         verdict = gr.HTML(
@@ -1012,6 +1074,9 @@ def build_demo() -> gr.Blocks:
                 gr.Textbox("auto"),
                 gr.Checkbox(False),
                 gr.Textbox("specwhisper"),
+                gr.Number(0.0),
+                gr.Number(0, precision=0),
+                gr.Checkbox(False),
             ]
             api_output = gr.JSON(label="comparison")
             api_button = gr.Button()
@@ -1028,6 +1093,7 @@ def build_demo() -> gr.Blocks:
         form = dict(language=language, task=task, main=main_box, assistant=assistant_box)
         form |= dict(gamma=gamma, gamma_schedule=schedule, repeats=repeats, dtype=dtype)
         form |= dict(timestamps=timestamps, engine=engine)
+        form |= dict(temperature=temperature, seed=seed, fallback=fallback)
         run.click(
             on_compare,
             [audio],

@@ -47,6 +47,22 @@ class CompareRequest:
     dtype: str = "auto"  # auto: fp16 on GPU, fp32 on CPU
     timestamps: bool = False  # segment timestamps in both columns
     engine: str = "specwhisper"  # specwhisper (our loop) | transformers (assisted generation)
+    temperature: float = 0.0  # 0: greedy (identical tokens); > 0: sampling (same distribution)
+    seed: int = 0  # sampling: the same seed repeats a run
+    fallback: bool = False  # Whisper's temperature fallback recipe, in both columns
+
+    @property
+    def decoding(self) -> str:
+        """ "greedy", "sampling" or "fallback": what "identical" can promise."""
+        return "fallback" if self.fallback else "sampling" if self.temperature > 0 else "greedy"
+
+
+# What the badge says when the columns sample: different tokens are expected, not a failure.
+SAMPLING_NOTE = (
+    "Sampling draws different tokens on each side, so the transcripts may differ: speculative "
+    "sampling is identical in distribution (each token follows the main model's probabilities "
+    "exactly), not token for token."
+)
 
 
 def language_code(value: str | None) -> str | None:
@@ -103,6 +119,10 @@ def check_request(req: CompareRequest) -> tuple[models.Checkpoint, str | models.
             )
     if not 0 <= req.gamma <= 64:
         raise CompareError("The number of draft tokens must be between 0 and 64.")
+    if not 0.0 <= req.temperature <= 2.0:
+        raise CompareError("The temperature must be between 0 (greedy) and 2.")
+    if req.engine == "transformers" and req.fallback:
+        raise CompareError(decoding.TRANSFORMERS_FALLBACK)
     if req.engine == "transformers" and req.gamma < 1:
         raise CompareError(
             "transformers' assisted generation drafts at least one token: set the number of "
@@ -141,6 +161,9 @@ class Comparison:
     task: str | None
     main_revision: str | None = None  # Hub commit hash of the main's snapshot; None: local folder
     assistant_revision: str | None = None  # the assistant's (self-int8: its main's)
+    decoding: str = "greedy"  # greedy | sampling | fallback (CompareRequest.decoding)
+    temperature: float = 0.0
+    seed: int = 0
 
     @property
     def identical(self) -> bool:
@@ -200,6 +223,8 @@ class Comparison:
             }
             if r.segments:
                 d["segments"] = [dataclasses.asdict(s) for s in r.segments]
+            if r.window_temperatures:
+                d["window_temperatures"] = list(r.window_temperatures)
             return d
 
         spec = side(self.speculative, self.speculative_times_s)
@@ -232,6 +257,9 @@ class Comparison:
             "device": self.device,
             "dtype": self.dtype,
             "engine": self.engine,
+            "decoding": self.decoding,
+            "temperature": self.temperature,
+            "seed": self.seed,
             "repeats": self.repeats,
             "timing": f"median of {self.repeats} after warm-up, device synchronized",
             "load_time_s": round(self.load_time_s, 3),
@@ -281,6 +309,9 @@ def decode_options(
         gamma_schedule=req.gamma_schedule,
         engine=req.engine,
         max_new_tokens=max_new_tokens,
+        temperature=req.temperature,
+        seed=req.seed,
+        fallback=req.fallback,
     )
 
 
@@ -425,6 +456,9 @@ def comparison_of(
         task=None if main.checkpoint.english_only else req.task,
         main_revision=main.revision,
         assistant_revision=assistant.revision,
+        decoding=req.decoding,
+        temperature=req.temperature,
+        seed=req.seed,
     )
 
 

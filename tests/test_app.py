@@ -477,3 +477,30 @@ def test_json_download_keeps_only_the_newest_files():
     files = app._JsonFiles(keep=3)
     paths = [Path(files.write(synthetic_result())) for _ in range(5)]
     assert [p.exists() for p in paths] == [False, False, True, True, True]
+
+
+def test_sampling_and_fallback_through_the_page(tiny_app):
+    """temperature, seed and fallback reach both columns; the JSON says which decoding ran and
+    the verdict never calls a sampled difference a failure."""
+    common = dict(language="en", task="transcribe", main="tiny-random-a", gamma=3, repeats=1)
+    sampled = app.run_compare(
+        str(JFK), assistant="tiny-random-b", temperature=0.9, seed=7, **common
+    )
+    assert sampled["decoding"] == "sampling" and sampled["temperature"] == 0.9
+    again = app.run_compare(str(JFK), assistant="tiny-random-b", temperature=0.9, seed=7, **common)
+    assert again["speculative"]["token_ids"] == sampled["speculative"]["token_ids"]  # seeded
+    verdict = app.render_verdict(sampled, {})
+    assert "MISMATCH" not in verdict and "temperature 0.9, seed 7" in verdict
+    if not sampled["identical"]:
+        assert "SAME DISTRIBUTION" in verdict and "identical in distribution" in verdict
+    fallback = app.run_compare(str(JFK), assistant="self-int8", fallback=True, **common)
+    assert fallback["decoding"] == "fallback"
+    for side in ("baseline", "speculative"):
+        assert fallback[side]["window_temperatures"]
+    assert "fallback" in app.render_verdict(fallback, {})
+    with pytest.raises(gr.Error, match="cannot run Whisper's temperature fallback"):
+        app.run_compare(
+            str(JFK), assistant="tiny-random-b", engine="transformers", fallback=True, **common
+        )
+    with pytest.raises(gr.Error, match="temperature must be between"):
+        app.run_compare(str(JFK), assistant="tiny-random-b", temperature=5, **common)
