@@ -266,7 +266,7 @@ def record_fallback(model: torch.nn.Module, temperatures: list[float]) -> Iterat
 
     def wrapped(*args: Any, **kwargs: Any) -> Any:
         needs, skip = original(*args, **kwargs)
-        temperature = float(args[-1] if args else kwargs["temperature"])
+        temperature = float((args[-1] if args else kwargs["temperature"]) or 0.0)
         if not needs or temperature >= last:
             temperatures.append(temperature)
         return needs, skip
@@ -287,7 +287,8 @@ def decode_baseline(main: Loaded, features: Features, opts: DecodeOptions) -> De
     temperatures: list[float] = []
     with ForwardMeter(main.model.model.decoder, main.device) as meter, torch.inference_mode():
         encoder = ForwardMeter(main.model.model.encoder)
-        with encoder, record_fallback(main.model, temperatures):
+        recording = record_fallback(main.model, temperatures) if opts.fallback else None
+        with encoder, recording or contextlib.nullcontext():
             output, seconds = timed(
                 lambda: main.model.generate(features.input_features, **kwargs), main.device
             )
@@ -357,7 +358,8 @@ def decode_speculative(
     if opts.temperature > 0 or opts.fallback:
         torch.manual_seed(opts.seed)  # transformers' engine samples from the global generator
     temperatures: list[float] = []
-    context.enter_context(record_fallback(main.model, temperatures))
+    if opts.fallback:
+        context.enter_context(record_fallback(main.model, temperatures))
     with meter, context, torch.inference_mode():
         output, seconds = timed(
             lambda: main.model.generate(features.input_features, **kwargs), main.device

@@ -36,6 +36,7 @@ MAX_FILE_MB = 1  # and its upload limit
 PARAMETERS = [
     "audio", "language", "task", "main", "assistant",
     "gamma", "gamma_schedule", "repeats", "dtype", "timestamps", "engine",
+    "temperature", "seed", "fallback",  # new and optional: older callers keep working
 ]  # fmt: skip
 
 
@@ -94,6 +95,12 @@ def test_compare_returns_the_documented_json(server):
     assert result["main"] == "tiny-random-a (local)" and result["assistant"] == "self-int8"
     assert result["device"].startswith("cpu") and result["dtype"] == "float32"
     assert result["audio_notes"] == ["Resampled from 8000 Hz to 16000 Hz."]
+    assert result["decoding"] == "greedy" and result["temperature"] == 0.0
+
+
+def test_sampling_through_the_api(server):
+    result = call(server, SPANISH, assistant="tiny-random-b", temperature=0.8, seed=2)
+    assert result["decoding"] == "sampling" and result["seed"] == 2
 
 
 # --- bad inputs: one clear sentence each, and the app keeps serving ------------------------
