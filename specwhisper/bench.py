@@ -641,6 +641,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--dtype", default="auto", help="auto (fp16 on GPU, fp32 on CPU), ...")
     parser.add_argument("--timestamps", action="store_true", help="segment timestamps")
     parser.add_argument(
+        "--temperature",
+        type=float,
+        default=0.0,
+        help="0: greedy (identical tokens); above 0 both sides sample (speculative sampling)",
+    )
+    parser.add_argument("--seed", type=int, default=0, help="sampling seed")
+    parser.add_argument(
+        "--fallback", action="store_true", help="Whisper's temperature fallback, both sides"
+    )
+    parser.add_argument(
         "--no-warmup",
         action="store_true",
         help="identity checks only: no warm-up run, so the timings are not speed figures",
@@ -664,6 +674,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.error("--peer-gamma and --peer-gamma-schedule set the peer: add --peer")
     if args.peer_gamma is not None and not 1 <= args.peer_gamma <= 64:
         parser.error("--peer-gamma must be between 1 and 64")
+    if not 0.0 <= args.temperature <= 2.0:
+        parser.error("--temperature must be between 0 and 2")
+    if args.peer and args.fallback:
+        parser.error(f"--fallback runs on our engine only: {PEER_ENGINE}' engine cannot run it")
     for name in ("limit", "max_new_tokens"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be at least 1")
@@ -681,6 +695,9 @@ def request(args: argparse.Namespace) -> CompareRequest:
         dtype=args.dtype,
         timestamps=args.timestamps,
         engine=args.engine,
+        temperature=args.temperature,
+        seed=args.seed,
+        fallback=args.fallback,
     )
 
 
@@ -758,6 +775,9 @@ def settings_of(
         ),
         "language": args.language,
         "timestamps": req.timestamps,
+        "decoding": req.decoding,
+        "temperature": req.temperature,
+        "seed": req.seed,
         "max_new_tokens": args.max_new_tokens,
         "manifest": str(Path(args.manifest).resolve()),
         "load_time_s": round(load_s, 3),

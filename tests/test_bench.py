@@ -285,3 +285,13 @@ def test_hardware_line_names_the_cpu_features():
         assert info["amx"] == ("amx_bf16" in cpuinfo.read_text())
     assert info["cpu_features"] in info["device"]
     assert info["cpu_features"].endswith("AMX")
+
+
+def test_sampling_flags_reach_the_request():
+    base = ["--main", "a", "--assistant", "b", "--manifest", "m"]
+    req = bench.request(bench.parse_args([*base, "--temperature", "0.6", "--seed", "4"]))
+    assert (req.temperature, req.seed, req.decoding) == (0.6, 4, "sampling")
+    assert bench.request(bench.parse_args([*base, "--fallback"])).decoding == "fallback"
+    for flags in (["--temperature", "3"], ["--peer", "--fallback"]):
+        with pytest.raises(SystemExit):
+            bench.parse_args([*base, *flags])
