@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from specwhisper import decoding, drafters, models, schedule
+from specwhisper import decoding, drafters, models
 from specwhisper.audio import SAMPLE_RATE
 from specwhisper.decoding import DecodeOptions, DecodeResult, Features
 from specwhisper.timing import Timings, alternate, device_name
@@ -121,21 +121,11 @@ def check_request(req: CompareRequest) -> tuple[models.Checkpoint, str | models.
         raise CompareError("The number of draft tokens must be between 0 and 64.")
     if not 0.0 <= req.temperature <= 2.0:
         raise CompareError("The temperature must be between 0 (greedy) and 2.")
-    if req.engine == "transformers" and req.fallback:
-        raise CompareError(decoding.TRANSFORMERS_FALLBACK)
-    if req.engine == "transformers" and req.gamma < 1:
-        raise CompareError(
-            "transformers' assisted generation drafts at least one token: set the number of "
-            "draft tokens to 1 or more, or pick the specwhisper engine (0 there: no drafting)."
-        )
+    problem = decoding.options_problem(req.engine, req.gamma_schedule, req.gamma, req.fallback)
+    if problem:
+        raise CompareError(problem)
     if not 1 <= req.repeats <= 20:
         raise CompareError("Repeats must be between 1 and 20.")
-    if req.engine not in decoding.ENGINES:
-        raise CompareError(f"Unknown engine '{req.engine}'; use one of {decoding.ENGINES}.")
-    if req.gamma_schedule not in schedule.SCHEDULES:
-        raise CompareError(
-            f"Unknown gamma schedule '{req.gamma_schedule}'; use one of {schedule.SCHEDULES}."
-        )
     return main, assistant
 
 

@@ -313,20 +313,32 @@ def _assistant_config(model: torch.nn.Module, settings: dict[str, Any]) -> Itera
         model.generation_config = saved
 
 
+def options_problem(engine: str, gamma_schedule: str, gamma: int, fallback: bool) -> str | None:
+    """Why these speculative settings cannot run, in one sentence, or None. The one home of the
+    engine and schedule checks (the page's request check words its refusals with it)."""
+    if engine not in ENGINES:
+        return f"Unknown engine '{engine}'; use one of {', '.join(ENGINES)}."
+    if gamma_schedule not in SCHEDULES:
+        return f"Unknown gamma schedule '{gamma_schedule}'; use one of {', '.join(SCHEDULES)}."
+    if engine == "transformers" and fallback:
+        # transformers 5.23 fails inside generate_with_fallback when an assistant is passed (a
+        # retried window's input is None: TypeError), so only our loop runs the recipe.
+        return TRANSFORMERS_FALLBACK
+    if engine == "transformers" and gamma < 1:
+        return (
+            "transformers' assisted generation drafts at least one token: set the number of "
+            "draft tokens to 1 or more, or pick the specwhisper engine (0 there: no drafting)."
+        )
+    return None
+
+
 def decode_speculative(
     main: Loaded, assistant: Loaded, features: Features, opts: DecodeOptions
 ) -> DecodeResult:
     """The same `generate` call with an assistant: our loop or transformers' assisted loop."""
-    if opts.engine not in ENGINES:
-        raise ValueError(f"unknown engine {opts.engine!r}; use one of {ENGINES}")
-    if opts.gamma_schedule not in SCHEDULES:
-        raise ValueError(f"unknown gamma schedule {opts.gamma_schedule!r}; use one of {SCHEDULES}")
-    if opts.engine == "transformers" and opts.fallback:
-        # transformers 5.23 fails inside generate_with_fallback when an assistant is passed (a
-        # retried window's input is None: TypeError), so only our loop runs the recipe.
-        raise ValueError(TRANSFORMERS_FALLBACK)
-    if opts.engine == "transformers" and opts.gamma < 1:
-        raise ValueError("transformers' assisted generation drafts at least one token (gamma 1)")
+    problem = options_problem(opts.engine, opts.gamma_schedule, opts.gamma, opts.fallback)
+    if problem:
+        raise ValueError(problem)
     kwargs = generate_kwargs(main, features, opts)
     meter = ForwardMeter(main.model.model.decoder, main.device)
     stats = LoopStats(drafting=meter.paused)  # a main drafting for itself: not main passes

@@ -112,3 +112,24 @@ def test_transformers_engine_refuses_timestamps_and_long_audio(tiny_models, use_
     assert compare.compare(short, req).identical  # short, no timestamps: runs
     distil = CompareRequest(**{**req.__dict__, "assistant": "tiny-random-decoder"})
     assert compare.compare(long, distil).identical
+
+
+def test_engine_and_schedule_checks_have_one_home(tiny_models, use_models):
+    """The page's request check and the decoder refuse the same settings with one sentence."""
+    use_models(tiny_models)
+
+    assert decoding.options_problem("specwhisper", "adaptive", 0, False) is None
+    for args, words in (
+        (("warp", "adaptive", 5, False), "Unknown engine 'warp'"),
+        (("specwhisper", "sometimes", 5, False), "Unknown gamma schedule 'sometimes'"),
+        (("transformers", "adaptive", 0, False), "at least one token"),
+        (("transformers", "adaptive", 5, True), "temperature fallback"),
+    ):
+        assert words in decoding.options_problem(*args)
+        req = CompareRequest(
+            main="tiny-random-a", assistant="tiny-random-b", engine=args[0],
+            gamma_schedule=args[1], gamma=args[2],
+            fallback=args[3],
+        )  # fmt: skip
+        with pytest.raises(CompareError, match=words):
+            compare.check_request(req)
