@@ -725,10 +725,21 @@ def reproduce_snippet(result: Mapping[str, Any], req: CompareRequest) -> str:
     else:
         lines.append('inputs = processor(audio, sampling_rate=16_000, return_tensors="pt")')
         options += ["return_timestamps=True"] if req.timestamps else []
+    if req.fallback:  # Whisper's recipe, as decoding.FALLBACK passes it
+        options += [f"{key}={value!r}" for key, value in decoding.FALLBACK.items()]
+    elif req.temperature > 0:
+        options += ["do_sample=True", f"temperature={req.temperature:g}"]
+    if req.fallback or req.temperature > 0:
+        lines.append(f"torch.manual_seed({req.seed})  # sampling: the same seed repeats a run")
+    if req.fallback:  # transformers' assisted generation cannot run the recipe
+        lines.append(
+            "# The baseline's call: transformers' assisted generation fails under Whisper's "
+            "fallback,\n# so only specwhisper's loop (below) runs it with the assistant."
+        )
     lines += [
         "ids = main.generate(",
         "    inputs.input_features.to(device, dtype),",
-        "    assistant_model=assistant,",
+        *([] if req.fallback else ["    assistant_model=assistant,"]),
         *(f"    {option}," for option in options),
         ")",
         "print(processor.batch_decode(ids, skip_special_tokens=True)[0])",
@@ -737,7 +748,8 @@ def reproduce_snippet(result: Mapping[str, Any], req: CompareRequest) -> str:
         lines += [
             "",
             "# This run used specwhisper's own speculative loop instead of generate's assisted",
-            "# loop; both keep exactly the main model's greedy tokens. Ours is",
+            "# loop; both keep exactly the main model's greedy tokens (sampling: its"
+            " distribution). Ours is",
             "#   from specwhisper.decoding import decode_speculative",
         ]
         if req.gamma_schedule == "adaptive":

@@ -11,6 +11,7 @@ import pytest
 
 import app
 from specwhisper import compare, models
+from specwhisper.compare import CompareRequest
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 ROOT = Path(__file__).resolve().parents[1]
@@ -498,6 +499,14 @@ def test_sampling_and_fallback_through_the_page(tiny_app):
     for side in ("baseline", "speculative"):
         assert fallback[side]["window_temperatures"]
     assert "fallback" in app.render_verdict(fallback, {})
+    snippet = app.reproduce_snippet(
+        sampled, CompareRequest(main="tiny-random-a", assistant="b", temperature=0.9, seed=7)
+    )
+    assert "do_sample=True" in snippet and "temperature=0.9" in snippet
+    assert "torch.manual_seed(7)" in snippet and "assistant_model=assistant" in snippet
+    req = CompareRequest(main="tiny-random-a", assistant="self-int8", fallback=True)
+    snippet = app.reproduce_snippet(fallback, req)
+    assert "logprob_threshold=-1.0" in snippet and "assistant_model=assistant" not in snippet
     with pytest.raises(gr.Error, match="cannot run Whisper's temperature fallback"):
         app.run_compare(
             str(JFK), assistant="tiny-random-b", engine="transformers", fallback=True, **common
