@@ -470,6 +470,7 @@ def test_agents_get_compare_as_an_mcp_tool(tiny_app):
     assert list(properties) == [
         "audio", "language", "task", "main", "assistant",
         "gamma", "gamma_schedule", "repeats", "dtype", "timestamps", "engine",
+        "temperature", "seed", "fallback",
     ]  # fmt: skip
     assert "self-int8" in properties["assistant"]["description"]  # each one is described
 
