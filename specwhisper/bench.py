@@ -139,6 +139,7 @@ def _side_dict(c: Comparison, error_rate: float | None) -> dict[str, Any]:
         "mean_gamma": round(c.mean_gamma, 3),
         "cost_ratio": round(c.cost_ratio, 4),
         "predicted_speedup": round(c.predicted_speedup, 4),
+        "predicted_end_to_end": round(c.predicted_end_to_end, 4),
         "wer": _round(error_rate),
     }
 
@@ -159,6 +160,7 @@ class SideTotals:
     mean_gamma: float
     cost_ratio: float  # c: draft time per draft token / baseline main time per forward
     predicted_speedup: float  # Leviathan's, from the pooled alpha, gamma and c
+    predicted_end_to_end: float  # the same, with the encoder and per-step overhead added
 
     def to_dict(self, name: str) -> dict[str, Any]:
         """Flat keys: `speedup`, `wer_speculative`, ... for ours; `peer_speedup`, ... for peer."""
@@ -176,6 +178,7 @@ class SideTotals:
             f"{p}mean_gamma": round(self.mean_gamma, 3),
             f"{p}cost_ratio": round(self.cost_ratio, 4),
             f"{p}predicted_speedup": round(self.predicted_speedup, 4),
+            f"{p}predicted_end_to_end": round(self.predicted_end_to_end, 4),
         }
 
 
@@ -428,6 +431,7 @@ def _pooled(results: list[DecodeResult]) -> DecodeResult:
         steps=tuple(step for r in results for step in r.steps),
         main_forward_s=sum(r.main_forward_s for r in results),
         draft_s=sum(r.draft_s for r in results),
+        encoder_s=sum(r.encoder_s for r in results),
     )
 
 
@@ -454,6 +458,7 @@ def side_totals(comparisons: list[Comparison], pairs: list[tuple[str, str]]) -> 
         mean_gamma=pooled.mean_gamma,
         cost_ratio=pooled.cost_ratio,
         predicted_speedup=pooled.predicted_speedup,
+        predicted_end_to_end=pooled.predicted_end_to_end,
     )
 
 
@@ -554,7 +559,8 @@ def print_table(console: Any, results: list[ClipResult], total: Totals) -> None:
         f"WER: baseline {_pct(total.wer_baseline)}, speculative {_pct(ours.wer)}",
         f"acceptance {ours.acceptance_rate:.1%} (alpha {ours.alpha:.3f}), mean gamma "
         f"{ours.mean_gamma:.2f}, draft/verify cost c = {ours.cost_ratio:.3f}",
-        f"Leviathan predicted speed-up {ours.predicted_speedup:.2f}× (decoder loop only) vs "
+        f"predicted speed-up: {ours.predicted_speedup:.2f}× decoder loop (Leviathan), "
+        f"{ours.predicted_end_to_end:.2f}× end to end (encoder and per-pass overhead added) vs "
         f"measured {ours.speedup:.2f}× (whole generate call)",
     ]
     if total.peer is not None:
@@ -736,6 +742,13 @@ def run_all(
                 warmup=warmup,
             )
             results.append(result)
+            # one line per clip, so a long run that is stopped early still shows its clips
+            ours = result.ours
+            same = "identical" if ours.identical else f"differs at {ours.first_divergence}"
+            progress.console.print(
+                f"clip {len(results)}/{len(clips)} {clip.name}: {same}, "
+                f"acceptance {ours.speculative.acceptance_rate:.0%}, {ours.speedup:.2f}×"
+            )
     return results
 
 

@@ -196,6 +196,23 @@ class Comparison:
             return 1.0
         return leviathan_speedup(self.alpha, self.mean_gamma, self.cost_ratio)
 
+    @property
+    def predicted_end_to_end(self) -> float:
+        """The prediction for what is timed: the baseline's encoder time, its main decoder passes
+        sped up by `predicted_speedup`, and its per-pass overhead (logits processing, Python)
+        paid once per main pass of the speculative run."""
+        base, spec = self.baseline, self.speculative
+        if not base.time_s or not base.n_main_forwards:
+            return 1.0
+        overhead = max(base.time_s - base.encoder_s - base.main_forward_s, 0.0)
+        per_pass = overhead / base.n_main_forwards
+        predicted_s = (
+            base.encoder_s
+            + base.main_forward_s / self.predicted_speedup
+            + per_pass * spec.n_main_forwards
+        )
+        return base.time_s / predicted_s if predicted_s > 0 else 1.0
+
     def to_dict(self) -> dict[str, Any]:
         """The `compare` API's JSON."""
 
@@ -235,6 +252,7 @@ class Comparison:
             "first_divergence": self.first_divergence,
             "speedup": round(self.speedup, 4),
             "predicted_speedup": round(self.predicted_speedup, 4),
+            "predicted_end_to_end": round(self.predicted_end_to_end, 4),
             "cost_ratio": round(self.cost_ratio, 4),
             "mean_gamma": round(self.mean_gamma, 3),
             "alpha": round(self.alpha, 4),

@@ -94,6 +94,7 @@ class DecodeResult:
     segments: tuple[Segment, ...] = ()  # with timestamps only
     main_forward_s: float = 0.0  # total time inside main decoder forwards (incl. proj)
     draft_s: float = 0.0  # total time inside the draft
+    encoder_s: float = 0.0  # total time inside the encoder (baseline runs)
     # with the fallback recipe: the temperature each decoded window ended at (0.0: greedy)
     window_temperatures: tuple[float, ...] = ()
 
@@ -286,7 +287,7 @@ def decode_baseline(main: Loaded, features: Features, opts: DecodeOptions) -> De
         torch.manual_seed(opts.seed)
     temperatures: list[float] = []
     with ForwardMeter(main.model.model.decoder, main.device) as meter, torch.inference_mode():
-        encoder = ForwardMeter(main.model.model.encoder)
+        encoder = ForwardMeter(main.model.model.encoder, main.device)
         recording = record_fallback(main.model, temperatures) if opts.fallback else None
         with encoder, recording or contextlib.nullcontext():
             output, seconds = timed(
@@ -294,7 +295,8 @@ def decode_baseline(main: Loaded, features: Features, opts: DecodeOptions) -> De
             )
     return _finish(
         main, output, seconds, "generate", meter,
-        n_windows=encoder.n_calls, window_temperatures=tuple(temperatures),
+        n_windows=encoder.n_calls, encoder_s=encoder.total_s,
+        window_temperatures=tuple(temperatures),
     )  # fmt: skip
 
 

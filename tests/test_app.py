@@ -69,6 +69,7 @@ def synthetic_result(**changes) -> dict:
         "first_divergence": None,
         "speedup": 2.0,
         "predicted_speedup": 2.4,
+        "predicted_end_to_end": 1.8,
         "cost_ratio": 0.1,
         "mean_gamma": 3.0,
         "main": "whisper-base (local)",

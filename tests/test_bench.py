@@ -29,6 +29,7 @@ REQUIRED_KEYS = {
     "acceptance_rate",
     "cost_ratio",
     "predicted_speedup",
+    "predicted_end_to_end",
     "hardware",
     "versions",
 }
@@ -91,6 +92,7 @@ def test_cli_on_tiny_models(tiny_models, tmp_path, assistant, n_clips, peer_gamm
     assert summary["wer_baseline"] == summary["wer_speculative"]
     assert summary["speedup"] > 0 and summary["peer_speedup"] > 0
     assert "identical transcripts (token ids)" in result.stdout  # the table came first
+    assert f"clip {n_clips}/{n_clips} " in result.stderr  # a line per clip as it finishes
 
     document = json.loads((out / "results.json").read_text())
     assert len(document["clips"]) == n_clips

@@ -7,7 +7,9 @@ import pytest
 import torch
 
 from specwhisper import compare, decoding, models
-from specwhisper.compare import CompareError, CompareRequest
+from specwhisper.compare import CompareError, CompareRequest, Comparison
+from specwhisper.decoding import DecodeResult
+from specwhisper.loop import DraftStep
 
 
 def test_language_names_and_codes():
@@ -23,6 +25,30 @@ def test_leviathan_formula():
     assert compare.leviathan_speedup(0.0, 4, 0.1) == pytest.approx(1 / 1.4)
     assert compare.leviathan_speedup(1.0, 4, 0.0) == 5.0
     assert compare.leviathan_speedup(0.8, 0, 0.1) == 1.0
+
+
+def test_end_to_end_prediction_adds_what_both_sides_pay():
+    """Baseline: 1 s = 0.4 s encoder + 0.5 s in 50 main passes + 0.1 s overhead (2 ms a pass).
+    Speculative: every step drafts 4, keeps all (alpha 1), c = 0.1: the loop gains
+    5 / 1.4; 10 main passes pay 20 ms of overhead."""
+    base = DecodeResult(
+        text="", token_ids=(), time_s=1.0, n_tokens=49, n_main_forwards=50, engine="generate",
+        main_forward_s=0.5, encoder_s=0.4,
+    )  # fmt: skip
+    steps = tuple(DraftStep(drafted=(1, 2, 3, 4), n_accepted=4, main_token=5) for _ in range(10))
+    spec = DecodeResult(
+        text="", token_ids=(), time_s=0.7, n_tokens=49, n_main_forwards=10, engine="specwhisper",
+        steps=steps, n_draft_tokens=40, n_accepted=40, draft_s=40 * 0.001,
+    )  # fmt: skip
+    result = Comparison(
+        base, spec, (1.0,), (0.7,), main="m", assistant="a", device="cpu", dtype="float32",
+        engine="specwhisper", repeats=1, gamma=4, gamma_schedule="constant", load_time_s=0.0,
+        duration_s=5.0, language="en", task="transcribe",
+    )  # fmt: skip
+    assert result.cost_ratio == pytest.approx(0.1)
+    assert result.predicted_speedup == pytest.approx(5 / 1.4)
+    expected_s = 0.4 + 0.5 / (5 / 1.4) + 10 * 0.002
+    assert result.predicted_end_to_end == pytest.approx(1.0 / expected_s)
 
 
 def test_long_audio_reports_progress_per_window(tiny_models, use_models):
@@ -42,6 +68,7 @@ def test_long_audio_reports_progress_per_window(tiny_models, use_models):
     d = result.to_dict()
     assert d["identical"] and d["first_divergence"] is None
     assert {"alpha", "gamma", "gamma_schedule", "predicted_speedup"} <= set(d)
+    assert 0 < d["predicted_end_to_end"]
 
 
 def test_gpu_out_of_memory_empties_the_cache_and_says_so(tiny_models, use_models, monkeypatch):
