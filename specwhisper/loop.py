@@ -13,6 +13,7 @@ It does not draft (see drafters), choose gamma (see schedule) or time whole runs
 from __future__ import annotations
 
 import contextlib
+import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -247,9 +248,11 @@ def _process(processors: list[Any], prefix: torch.Tensor, logits: torch.Tensor) 
     ([1, T] ids, [n, V] logits), as the baseline applies them one step at a time: row i sees
     the prefix up to and including its own position.
 
-    Two of Whisper's processors are applied without the per-row loop, with the same result:
-    token suppression does not depend on the prefix (one call for the block), and begin
-    suppression only acts on the row whose prefix length is its begin index.
+    Whisper's two suppression processors are applied without the per-row loop and with their
+    mask built once per call of generate, with the same result: token suppression does not
+    depend on the prefix (one mask for the block), and begin suppression only acts on the row
+    whose prefix length is its begin index. (Each call of theirs rebuilds the mask with
+    `torch.isin` over the vocabulary: a few ms, which a sampling draft would pay per token.)
     """
     from transformers.generation.logits_process import (
         SuppressTokensAtBeginLogitsProcessor,
@@ -260,14 +263,27 @@ def _process(processors: list[Any], prefix: torch.Tensor, logits: torch.Tensor) 
     first = prefix.shape[1] - n + 1  # prefix length seen by row 0
     for p in processors:
         if type(p) is SuppressTokensLogitsProcessor:
-            logits = p(prefix, logits)
-            continue
-        rows = range(n)
-        if type(p) is SuppressTokensAtBeginLogitsProcessor:
-            rows = [i for i in rows if first + i == p.begin_index]
-        for i in rows:
-            logits[i] = p(prefix[:, : first + i], logits[i : i + 1])[0]
+            logits = torch.where(_suppress_mask(p, p.suppress_tokens, logits), -math.inf, logits)
+        elif type(p) is SuppressTokensAtBeginLogitsProcessor:
+            mask = _suppress_mask(p, p.begin_suppress_tokens, logits)
+            for i in range(n):
+                if first + i == p.begin_index:
+                    logits[i] = torch.where(mask, -math.inf, logits[i])
+        else:
+            for i in range(n):
+                logits[i] = p(prefix[:, : first + i], logits[i : i + 1])[0]
     return logits
+
+
+def _suppress_mask(processor: Any, tokens: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
+    """[V] bool: the processor's suppressed tokens, as its own call computes them, built once
+    and kept on the processor (which lives for one call of generate)."""
+    mask = getattr(processor, "_specwhisper_mask", None)
+    if mask is None or mask.shape[0] != logits.shape[-1] or mask.device != logits.device:
+        vocab = torch.arange(logits.shape[-1], device=logits.device)
+        mask = torch.isin(vocab, tokens.to(logits.device))
+        processor._specwhisper_mask = mask
+    return mask
 
 
 def own_loop(

@@ -14,7 +14,14 @@ import pytest
 import torch
 
 from specwhisper.drafters import _GreedyDrafter
-from specwhisper.loop import DraftStep, LoopStats, accept, speculative_decode, step_tokens
+from specwhisper.loop import (
+    DraftStep,
+    LoopStats,
+    _process,
+    accept,
+    speculative_decode,
+    step_tokens,
+)
 from specwhisper.schedule import GammaSchedule
 
 V = 16  # vocabulary
@@ -344,3 +351,32 @@ def test_a_five_percent_shift_is_detectable():
     shifted[other] += 0.05
     draws = torch.multinomial(shifted, N_RUNS, replacement=True, generator=torch.Generator())
     assert chi_square_p(draws, expected) < 1e-3
+
+
+def test_processing_a_block_equals_the_processors_one_row_at_a_time():
+    """`_process` (the verify pass and a sampling draft) keeps the suppression masks across
+    calls and skips rows: the same logits as each processor's own call on each row's prefix."""
+    from transformers.generation.logits_process import (
+        SuppressTokensAtBeginLogitsProcessor,
+        SuppressTokensLogitsProcessor,
+        TemperatureLogitsWarper,
+        TopKLogitsWarper,
+    )
+
+    processors = [
+        SuppressTokensLogitsProcessor([3, 7]),
+        SuppressTokensAtBeginLogitsProcessor([5, 9], begin_index=4),
+        TemperatureLogitsWarper(0.6),
+        TopKLogitsWarper(6),
+    ]
+    generator = torch.Generator().manual_seed(0)
+    prefix = torch.tensor([[1, 2, 0, 4, 8, 6]])  # rows 0-3 see prefixes of length 3-6
+    for _ in range(2):  # the second call reuses the masks
+        logits = torch.randn(4, V, generator=generator)
+        expected = logits.clone()
+        for i in range(4):
+            row = expected[i : i + 1]
+            for p in processors:
+                row = p(prefix[:, : 3 + i], row)
+            expected[i] = row[0]
+        assert torch.equal(_process(processors, prefix, logits.clone()), expected)
