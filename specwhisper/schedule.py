@@ -7,6 +7,8 @@ accepted draft, -1 otherwise). It knows nothing about models or tokens, only cou
 
 from __future__ import annotations
 
+import statistics
+from collections import deque
 from dataclasses import dataclass, field
 
 SCHEDULES = ("adaptive", "constant", "heuristic")
@@ -20,6 +22,11 @@ class GammaSchedule:
     model, E[tokens] = (1 - a^(g+1)) / (1 - a), cost = g * t_draft + t_verify(g), with the
     acceptance a and both costs measured as we go. Gamma 0 (no drafting) wins when the draft
     does not pay; a probe every `probe_every` tokens keeps the estimate of `a` fresh.
+
+    The draft's cost per token is the median of its last few drafting steps, not counting the
+    first (that one also catches the draft up on the prompt and pays first-call setup): one
+    slow step on a busy machine must not switch drafting off for the rest of the audio, which
+    a moving average fed only by the occasional probe would do.
     """
 
     kind: str = "adaptive"
@@ -29,10 +36,16 @@ class GammaSchedule:
     # running estimates (exponential moving averages)
     accepted: float = 4.0  # prior: 4 of 5 draft tokens accepted
     trials: float = 5.0
-    t_draft_s: float | None = None  # one draft forward
+    draft_times: deque[float] = field(default_factory=lambda: deque(maxlen=5))  # per token
+    n_drafting_steps: int = 0
     t_verify_s: dict[int, float] = field(default_factory=dict)  # by tokens fed to the main
     since_draft: int = 0
     decay: float = 0.9
+
+    @property
+    def t_draft_s(self) -> float | None:
+        """One draft token's time: the median of the recent drafting steps (None: not yet)."""
+        return statistics.median(self.draft_times) if self.draft_times else None
 
     def alpha(self) -> float:
         return min(max(self.accepted / max(self.trials, 1e-9), 0.0), 0.995)
@@ -81,12 +94,9 @@ class GammaSchedule:
             self.since_draft += 1
             return
         self.since_draft = 0
-        per_step = draft_s / n_drafted
-        self.t_draft_s = (
-            per_step
-            if self.t_draft_s is None
-            else (self.decay * self.t_draft_s + (1 - self.decay) * per_step)
-        )
+        self.n_drafting_steps += 1
+        if self.n_drafting_steps > 1:  # the first one also caught up on the prompt
+            self.draft_times.append(draft_s / n_drafted)
         # Geometric model: each draft token is a trial until the first rejection.
         trials = n_accepted + (1 if n_accepted < n_drafted else 0)
         self.accepted = self.decay * self.accepted + n_accepted

@@ -214,6 +214,18 @@ def test_gamma_schedule_stops_drafting_when_it_does_not_pay():
     assert fast.next() >= 4
 
 
+def test_gamma_schedule_shrugs_off_a_slow_step():
+    """The first drafting step (it also catches the draft up on the prompt) is not timed, and
+    one slow step on a busy machine does not switch drafting off."""
+    schedule = GammaSchedule("adaptive", gamma=5)
+    schedule.update(5, 5, draft_s=5 * 0.050, verify_s=0.012)  # first step: catch-up, setup
+    assert schedule.t_draft_s is None and schedule.next() == 5
+    for draft_s in (0.002, 0.002, 0.040, 0.002):  # one step 20x slower
+        schedule.update(5, 5, draft_s=5 * draft_s, verify_s=0.012)
+        schedule.update(0, 0, 0.0, 0.010)
+        assert schedule.next() >= 4
+
+
 def test_first_divergence():
     assert decoding.first_divergence((1, 2, 3), (1, 2, 3)) is None
     assert decoding.first_divergence((1, 2, 3), (1, 5, 3)) == 1
