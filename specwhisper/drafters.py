@@ -55,6 +55,19 @@ class Drafter(Protocol):
         """Only the first n_valid tokens of the sequence are final; forget the rest."""
 
 
+def draw(probs: torch.Tensor, generator: torch.Generator | None) -> int:
+    """One token drawn from `probs` ([V], non-negative, any positive total) by the inverse CDF
+    of one uniform number: the same distribution as `torch.multinomial`, at a fraction of its
+    cost over Whisper's 51,865 tokens (about 4 ms a draw on this project's CPU, paid per draft
+    token). A zero-probability token is never drawn: `right=True` skips the CDF's flat runs."""
+    cdf = probs.double().cumsum(0)
+    u = torch.rand((), generator=generator, device=probs.device, dtype=torch.float64) * cdf[-1]
+    i = int(torch.searchsorted(cdf, u, right=True))
+    if i >= probs.shape[0]:  # u rounded up to the total: the last token with any mass
+        i = int(torch.nonzero(probs)[-1])
+    return i
+
+
 class _GreedyDrafter:
     """Shared proposing, greedy or sampled: subclasses provide `_forward(ids) -> last logits
     [V]`, and keep
@@ -95,7 +108,7 @@ class _GreedyDrafter:
         for _ in range(n):
             masked = logits.float().masked_fill(self.suppress.to(logits.device), -math.inf)
             q = torch.softmax(process([*tokens, *drafted], masked[None])[0], dim=-1)
-            token = int(torch.multinomial(q, 1, generator=generator))
+            token = draw(q, generator)
             drafted.append(token)
             rows.append(q)
             if token in self.eos or len(drafted) == n:

@@ -20,7 +20,7 @@ from typing import Any
 
 import torch
 
-from specwhisper.drafters import Drafter, crop_cache
+from specwhisper.drafters import Drafter, crop_cache, draw
 from specwhisper.schedule import GammaSchedule
 from specwhisper.timing import clock
 
@@ -84,7 +84,7 @@ def accept_sampled(
     if n < len(drafted):
         residual = (p[n] - q[n]).clamp(min=0)
         dist = residual if residual.sum() > 0 else p[n]
-    token = int(torch.multinomial(dist / dist.sum(), 1, generator=generator))
+    token = draw(dist, generator)
     return _cut(drafted, n, token, eos, room)
 
 
@@ -145,7 +145,7 @@ def speculative_decode(
     def pick(logits: torch.Tensor) -> int:
         if not sampling:
             return int(logits.argmax())
-        return int(torch.multinomial(torch.softmax(logits, -1), 1, generator=generator))
+        return draw(torch.softmax(logits, -1), generator)
 
     tokens = input_ids[0].tolist()
     stats.n_windows += 1

@@ -380,3 +380,16 @@ def test_processing_a_block_equals_the_processors_one_row_at_a_time():
                 row = p(prefix[:, : 3 + i], row)
             expected[i] = row[0]
         assert torch.equal(_process(processors, prefix, logits.clone()), expected)
+
+
+def test_draw_samples_the_given_distribution_and_never_a_zero():
+    """`draw` (the loop's sampler, inverse CDF) against the exact distribution: unnormalized
+    weights, zeros among them, and a vocabulary of Whisper's size."""
+    from specwhisper.drafters import draw
+
+    weights = torch.zeros(51_865)
+    weights[[0, 17, 18, 40_000, 51_864]] = torch.tensor([3.0, 0.5, 1.5, 2.0, 1.0])
+    generator = torch.Generator().manual_seed(0)
+    samples = torch.tensor([draw(weights, generator) for _ in range(N_RUNS)])
+    assert set(samples.tolist()) <= {0, 17, 18, 40_000, 51_864}
+    assert chi_square_p(samples, weights / weights.sum()) > 1e-3
