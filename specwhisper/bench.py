@@ -680,8 +680,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.error("--peer-gamma and --peer-gamma-schedule set the peer: add --peer")
     if args.peer_gamma is not None and not 1 <= args.peer_gamma <= 64:
         parser.error("--peer-gamma must be between 1 and 64")
-    if not 0.0 <= args.temperature <= 2.0:
-        parser.error("--temperature must be between 0 and 2")
+    if not 0.0 <= args.temperature <= compare.MAX_TEMPERATURE:
+        parser.error(f"--temperature must be between 0 and {compare.MAX_TEMPERATURE:g}")
     if args.peer and args.fallback:
         parser.error(f"--fallback runs on our engine only: {PEER_ENGINE}' engine cannot run it")
     for name in ("limit", "max_new_tokens"):

@@ -57,6 +57,8 @@ class CompareRequest:
         return "fallback" if self.fallback else "sampling" if self.temperature > 0 else "greedy"
 
 
+MAX_TEMPERATURE = 2.0  # the page, the API and the bench refuse hotter sampling
+
 # What the badge says when the columns sample: different tokens are expected, not a failure.
 SAMPLING_NOTE = (
     "Sampling draws different tokens on each side, so the transcripts may differ: speculative "
@@ -119,8 +121,8 @@ def check_request(req: CompareRequest) -> tuple[models.Checkpoint, str | models.
             )
     if not 0 <= req.gamma <= 64:
         raise CompareError("The number of draft tokens must be between 0 and 64.")
-    if not 0.0 <= req.temperature <= 2.0:
-        raise CompareError("The temperature must be between 0 (greedy) and 2.")
+    if not 0.0 <= req.temperature <= MAX_TEMPERATURE:
+        raise CompareError(f"The temperature must be between 0 (greedy) and {MAX_TEMPERATURE:g}.")
     problem = decoding.options_problem(req.engine, req.gamma_schedule, req.gamma, req.fallback)
     if problem:
         raise CompareError(problem)

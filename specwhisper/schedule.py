@@ -33,7 +33,8 @@ class GammaSchedule:
     gamma: int = 5
     max_gamma: int = 12
     probe_every: int = 24
-    # running estimates (exponential moving averages)
+    # running estimates: acceptance and verify costs as exponential moving averages, the
+    # draft's cost per token as a median (t_draft_s)
     accepted: float = 4.0  # prior: 4 of 5 draft tokens accepted
     trials: float = 5.0
     draft_times: deque[float] = field(default_factory=lambda: deque(maxlen=5))  # per token
@@ -71,13 +72,14 @@ class GammaSchedule:
         return self.t_verify_s[anchor] + slope * (k - anchor)
 
     def next(self) -> int:
-        if self.kind != "adaptive" or self.t_draft_s is None or not self.t_verify_s:
+        t_draft = self.t_draft_s
+        if self.kind != "adaptive" or t_draft is None or not self.t_verify_s:
             return self.gamma
         a = self.alpha()
         best_g, best_rate = 0, 1.0 / self.verify_cost(1)
         for g in range(1, self.max_gamma + 1):
             expected = (1 - a ** (g + 1)) / (1 - a)
-            rate = expected / (g * self.t_draft_s + self.verify_cost(g + 1))
+            rate = expected / (g * t_draft + self.verify_cost(g + 1))
             if rate > best_rate * 1.02:  # prefer the shorter draft unless clearly better
                 best_g, best_rate = g, rate
         if best_g == 0 and self.since_draft >= self.probe_every:
