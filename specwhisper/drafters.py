@@ -409,14 +409,21 @@ def crop_cache(cache: Any, keep: int) -> None:
         cache.crop(-extra)
 
 
-def make_drafter(draft: Loaded, main: Loaded) -> Drafter:
-    """The drafter for this assistant, proposing only tokens the main's generate may emit."""
+def draft_vocabulary(main: Loaded) -> tuple[torch.Tensor, frozenset[int]]:
+    """What a draft may propose for this main: the [V] bool mask of tokens the main's generate
+    never emits, and the end-of-text ids (a draft stops after one)."""
     config = main.model.generation_config
     vocab = main.model.config.vocab_size
     suppress = torch.zeros(vocab, dtype=torch.bool)
     suppress[[i for i in (config.suppress_tokens or []) if i < vocab]] = True
     eos = config.eos_token_id
     eos = frozenset(eos if isinstance(eos, list) else [] if eos is None else [eos])
+    return suppress, eos
+
+
+def make_drafter(draft: Loaded, main: Loaded) -> Drafter:
+    """The drafter for this assistant, proposing only tokens the main's generate may emit."""
+    suppress, eos = draft_vocabulary(main)
     if draft.checkpoint.id == SELF_INT8:
         return Int8SelfDrafter(draft, suppress, eos)
     return HFDrafter(draft, suppress, eos)

@@ -87,21 +87,31 @@ class GammaSchedule:
         return best_g
 
     def update(self, n_drafted: int, n_accepted: int, draft_s: float, verify_s: float) -> None:
-        k = n_drafted + 1
+        self.update_batch([n_drafted], [n_accepted], draft_s, verify_s)
+
+    def update_batch(
+        self, n_drafted: list[int], n_accepted: list[int], draft_s: float, verify_s: float
+    ) -> None:
+        """One step of a batch (one row at batch size 1): every row drafted in the same draft
+        passes and was verified in the same main pass, so the costs are the batch's, and the
+        acceptance counts pool the rows."""
+        longest = max(n_drafted, default=0)
+        k = longest + 1
         old = self.t_verify_s.get(k)
         self.t_verify_s[k] = (
             verify_s if old is None else self.decay * old + (1 - self.decay) * verify_s
         )
-        if n_drafted == 0:
+        if longest == 0:
             self.since_draft += 1
             return
         self.since_draft = 0
         self.n_drafting_steps += 1
         if self.n_drafting_steps > 1:  # the first one also caught up on the prompt
-            self.draft_times.append(draft_s / n_drafted)
+            self.draft_times.append(draft_s / longest)
         # Geometric model: each draft token is a trial until the first rejection.
-        trials = n_accepted + (1 if n_accepted < n_drafted else 0)
-        self.accepted = self.decay * self.accepted + n_accepted
+        trials = sum(a + (1 if a < d else 0) for d, a in zip(n_drafted, n_accepted, strict=True))
+        self.accepted = self.decay * self.accepted + sum(n_accepted)
         self.trials = self.decay * self.trials + trials
         if self.kind == "heuristic":  # transformers' rule
-            self.gamma = self.gamma + 2 if n_accepted == n_drafted else max(1, self.gamma - 1)
+            fully = all(a == d for d, a in zip(n_drafted, n_accepted, strict=True))
+            self.gamma = self.gamma + 2 if fully else max(1, self.gamma - 1)

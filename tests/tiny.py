@@ -108,8 +108,14 @@ def _generation_config(processor: WhisperProcessor, layers: int) -> GenerationCo
     )
 
 
-def save_tiny_checkpoint(folder: Path, seed: int, *, layers: int = 2, d_model: int = 64) -> Path:
-    """A random Whisper of a few MB with a multilingual-style prompt, saved like a real one."""
+def save_tiny_checkpoint(
+    folder: Path, seed: int, *, layers: int = 2, d_model: int = 64, ending: bool = False
+) -> Path:
+    """A random Whisper of a few MB with a multilingual-style prompt, saved like a real one.
+
+    A random decoder almost never says end-of-text. `ending=True` makes it likely along one
+    direction u: the final layer norm adds 2u and the (tied) end-of-text row is 4.5u, so
+    different inputs end after very different numbers of tokens (1 to 100 and more)."""
     processor = build_processor(folder)
     torch.manual_seed(seed)
     model = WhisperForConditionalGeneration(_config(processor, layers, d_model, layers)).eval()
@@ -119,6 +125,12 @@ def save_tiny_checkpoint(folder: Path, seed: int, *, layers: int = 2, d_model: i
     first = processor.tokenizer.convert_tokens_to_ids(TIMESTAMPS[0])
     with torch.no_grad():
         model.model.decoder.embed_tokens.weight[first:] *= 0.05
+        if ending:
+            u = torch.randn(d_model)
+            u /= u.norm()
+            model.model.decoder.layer_norm.bias.copy_(2 * u)
+            eos = model.generation_config.eos_token_id
+            model.model.decoder.embed_tokens.weight[eos] = 4.5 * u
     model.save_pretrained(folder, safe_serialization=True)
     processor.save_pretrained(folder)
     return folder

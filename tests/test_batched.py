@@ -1,0 +1,155 @@
+"""Batched speculative decoding equals the batched baseline, row for row, on tiny random Whisper
+models: every assistant kind, batch sizes 1, 2 and 5, rows that end at very different lengths,
+and a batch where one row accepts every draft token while another rejects every one."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+from specwhisper import batched, drafters, models
+from specwhisper.loop import step_tokens
+
+ASSISTANTS = ["tiny-ending", "tiny-random-b", "tiny-random-decoder", models.SELF_INT8]
+
+
+@pytest.fixture(scope="module")
+def pair(tiny_models, tmp_path_factory):
+    """A main whose rows end after 1 to 100+ tokens, and every kind of assistant."""
+    import tiny
+
+    folder = tiny.save_tiny_checkpoint(
+        tmp_path_factory.mktemp("ending") / "tiny-ending", seed=0, ending=True
+    )
+    cache = models.ModelCache(capacity=8)
+    cpu, fp32 = torch.device("cpu"), torch.float32
+
+    def load(path) -> models.Loaded:
+        return cache.get(models._local_checkpoint(path), cpu, fp32)
+
+    main = load(folder)
+    drafts = {"tiny-ending": main}
+    drafts |= {name: load(tiny_models / name) for name in ("tiny-random-b", "tiny-random-decoder")}
+    drafts[models.SELF_INT8] = drafters.self_int8(main, cache)
+    return main, drafts
+
+
+def _clips(n: int, seed: int = 1234) -> list[np.ndarray]:
+    rng = np.random.default_rng(seed)
+    return [
+        (rng.standard_normal(int(16_000 * rng.uniform(0.5, 8))) * rng.uniform(0.05, 0.5)).astype(
+            np.float32
+        )
+        for _ in range(n)
+    ]
+
+
+def _batch(main: models.Loaded, n: int) -> batched.BatchFeatures:
+    return batched.prepare_batch(main, _clips(n), ["en"] * n)
+
+
+@pytest.mark.parametrize("batch_size", [1, 2, 5])
+@pytest.mark.parametrize("assistant", ASSISTANTS)
+def test_batched_speculative_equals_the_batched_baseline_row_for_row(pair, assistant, batch_size):
+    main, drafts = pair
+    batch = _batch(main, batch_size)
+    base = batched.decode_batch_baseline(main, batch, max_new_tokens=60)
+    spec = batched.decode_batch_speculative(
+        main, drafts[assistant], batch, gamma=4, max_new_tokens=60
+    )
+    assert spec.token_ids == base.token_ids
+    assert spec.texts == base.texts
+    assert spec.batch_size == batch_size
+    for row, steps in zip(spec.token_ids, spec.steps, strict=True):  # the steps replay each row
+        replay = [t for s in steps for t in step_tokens(s)]
+        assert tuple(replay[: len(row)]) == row
+    if assistant == "tiny-ending":  # the main drafting for itself: every draft token kept
+        assert spec.acceptance_rate == 1.0
+        assert spec.n_main_passes < base.n_main_passes
+
+
+def test_rows_that_end_at_very_different_lengths(pair):
+    main, drafts = pair
+    batch = _batch(main, 8)
+    base = batched.decode_batch_baseline(main, batch, max_new_tokens=120)
+    lengths = [len(t) for t in base.token_ids]
+    assert min(lengths) <= 3 and max(lengths) >= 30  # the batch really is ragged
+    for assistant in ("tiny-ending", models.SELF_INT8):
+        spec = batched.decode_batch_speculative(
+            main, drafts[assistant], batch, gamma=5, gamma_schedule="constant",
+            max_new_tokens=120,
+        )  # fmt: skip
+        assert spec.token_ids == base.token_ids
+        # a finished row leaves the batch: it takes no step after its last token
+        for row, steps in zip(spec.token_ids, spec.steps, strict=True):
+            assert sum(len(step_tokens(s)) for s in steps) <= len(row) + 1
+
+
+class _Scripted:
+    """A batched drafter that proposes the baseline's own next tokens for the rows in `right`
+    and a wrong token (the right one with its lowest bit flipped) for every other row."""
+
+    def __init__(self, truth: list[tuple[int, ...]], right: set[int]):
+        self.truth, self.right = truth, right
+        self.rows = list(range(len(truth)))  # original row of each batch row
+        self.n_prompt: dict[int, int] = {}
+
+    def propose(self, tokens: list[list[int]], n: list[int]) -> list[list[int]]:
+        out = []
+        for row, seq, want in zip(self.rows, tokens, n, strict=True):
+            start = len(seq) - self.n_prompt.setdefault(row, len(seq) - 1)
+            proposal = list(self.truth[row][start : start + want])
+            out.append(proposal if row in self.right else [t ^ 1 for t in proposal])
+        return out
+
+    def accept(self, n_valid: list[int]) -> None:
+        pass
+
+    def keep_rows(self, rows: list[int]) -> None:
+        self.rows = [self.rows[i] for i in rows]
+
+
+def test_one_row_accepts_everything_while_another_rejects_everything(pair, monkeypatch):
+    main, drafts = pair
+    batch = batched.prepare_batch(main, _clips(4, seed=7), ["en"] * 4)
+    base = batched.decode_batch_baseline(main, batch, max_new_tokens=40)
+    eos = main.model.generation_config.eos_token_id
+    truth = [(*row, eos) for row in base.token_ids]
+    monkeypatch.setattr(batched, "BatchDrafter", lambda *a, **k: _Scripted(truth, {0, 2}))
+    spec = batched.decode_batch_speculative(
+        main, drafts["tiny-ending"], batch, gamma=3, gamma_schedule="constant", max_new_tokens=40
+    )
+    assert spec.token_ids == base.token_ids
+    for row, steps in enumerate(spec.steps):
+        drafted = sum(len(s.drafted) for s in steps)
+        kept = sum(s.n_accepted for s in steps)
+        if drafted:
+            assert kept == (drafted if row in (0, 2) else 0)
+
+
+def test_ragged_decoder_matches_one_row_at_a_time(pair):
+    """Rows fed different numbers of tokens in one pass give each row the hidden states a
+    batch-of-one pass gives it."""
+    main, _ = pair
+    decoder = main.model.model.decoder
+    states = torch.randn(3, 1500, 64)
+    rows = [[5, 6, 7], [9], [11, 12]]
+    with torch.inference_mode():
+        ragged = batched.RaggedDecoder(decoder, batched._empty_cache(), states, 448)
+        ragged.feed([[1, 2], [1, 2, 3, 4], [1]])
+        ragged.truncate([2, 3, 1])  # row 1 rejects its last token
+        hidden = ragged.feed(rows)
+        for b, (before, row) in enumerate(zip([[1, 2], [1, 2, 3], [1]], rows, strict=True)):
+            one = decoder(
+                input_ids=torch.tensor([before + row]), encoder_hidden_states=states[b : b + 1]
+            ).last_hidden_state[0, len(before) :]
+            torch.testing.assert_close(hidden[b, : len(row)], one, rtol=1e-4, atol=1e-4)
+
+
+def test_batch_mode_takes_windows_of_up_to_30_s(pair):
+    main, _ = pair
+    with pytest.raises(ValueError, match="30 s"):
+        batched.prepare_batch(main, [np.zeros(16_000 * 31, dtype=np.float32)])
+    with pytest.raises(ValueError, match="at least one clip"):
+        batched.prepare_batch(main, [])
