@@ -383,3 +383,10 @@ def _env_positive(name: str, default: float) -> float:
     if not value > 0 or math.isinf(value):
         raise ValueError(f"{name} must be a positive number, got {raw!r}.")
     return value
+
+
+def chunks(samples: np.ndarray, seconds: float = 30.0) -> list[np.ndarray]:
+    """Consecutive pieces of at most `seconds` (the last one shorter): how batch mode feeds a
+    recording longer than Whisper's 30 s window to a batch, one piece per row."""
+    step = int(seconds * SAMPLE_RATE)
+    return [samples[i : i + step] for i in range(0, max(len(samples), 1), step)]

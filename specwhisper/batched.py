@@ -18,6 +18,7 @@ does not load checkpoints or read audio (see models, audio) and does not time re
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -26,11 +27,12 @@ import numpy as np
 import torch
 
 from specwhisper.audio import SAMPLE_RATE
+from specwhisper.decoding import _n_prompt_tokens, first_divergence
 from specwhisper.drafters import draft_vocabulary
 from specwhisper.loop import DraftStep, _process, _projection, accept, step_tokens
 from specwhisper.models import Loaded
 from specwhisper.schedule import GammaSchedule
-from specwhisper.timing import ForwardMeter, clock, timed
+from specwhisper.timing import ForwardMeter, alternate, clock, timed
 
 WINDOW_S = 30.0
 BATCH_ONLY_GREEDY = (
@@ -372,8 +374,6 @@ def _batch_kwargs(main: Loaded, batch: BatchFeatures, max_new_tokens: int | None
 
 
 def _finish_batch(main: Loaded, sequences: torch.Tensor, **fields: Any) -> BatchResult:
-    from specwhisper.decoding import _n_prompt_tokens
-
     config = main.model.generation_config
     ends = {config.pad_token_id, config.eos_token_id}
     rows = []
@@ -445,4 +445,132 @@ def decode_batch_speculative(
         main, _sequences(output), time_s=seconds, engine="specwhisper",
         n_main_passes=stats.n_main_passes, n_draft_tokens=n_draft, n_accepted=n_acc,
         draft_s=stats.draft_s, steps=steps,
+    )  # fmt: skip
+
+
+# ---------------------------------------------------------------------------------------------
+# Baseline against speculative, batch by batch (the bench and the page share it)
+
+
+@dataclass(frozen=True)
+class RowResult:
+    """One clip of a batched comparison."""
+
+    baseline_text: str
+    speculative_text: str
+    identical: bool  # speculative tokens == the batched baseline's, for this row
+    first_divergence: int | None
+    # the batched baseline's tokens == a batch of one's (None: not checked)
+    same_as_batch_of_one: bool | None = None
+
+
+@dataclass(frozen=True)
+class BatchComparison:
+    """The batched baseline and our batched loop on the same clips, cut into batches of
+    `batch_size` in order (the last one may be smaller); times are sums of per-batch medians."""
+
+    batch_size: int
+    n_batches: int
+    baseline_s: float
+    speculative_s: float
+    n_draft_tokens: int
+    n_accepted: int
+    n_main_passes: tuple[int, int]  # baseline, speculative (the last repeat, all batches)
+    rows: tuple[RowResult, ...]
+
+    @property
+    def speedup(self) -> float:
+        return self.baseline_s / self.speculative_s if self.speculative_s else 0.0
+
+    @property
+    def n_identical(self) -> int:
+        return sum(r.identical for r in self.rows)
+
+    @property
+    def acceptance_rate(self) -> float:
+        return self.n_accepted / self.n_draft_tokens if self.n_draft_tokens else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        checked = [r.same_as_batch_of_one for r in self.rows if r.same_as_batch_of_one is not None]
+        return {
+            "batch_size": self.batch_size,
+            "n_batches": self.n_batches,
+            "baseline_s": round(self.baseline_s, 4),
+            "speculative_s": round(self.speculative_s, 4),
+            "speedup": round(self.speedup, 4),
+            "n_rows": len(self.rows),
+            "n_identical": self.n_identical,
+            "acceptance_rate": round(self.acceptance_rate, 4),
+            "n_main_passes": {
+                "baseline": self.n_main_passes[0],
+                "speculative": self.n_main_passes[1],
+            },
+            "batched_baseline_equals_batch_of_one": (
+                f"{sum(checked)}/{len(checked)}" if checked else None
+            ),
+            "rows": [dataclasses.asdict(r) for r in self.rows],
+        }
+
+
+def compare_batches(
+    main: Loaded,
+    assistant: Loaded,
+    clips: list[np.ndarray],
+    languages: list[str | None],
+    batch_size: int,
+    *,
+    repeats: int = 3,
+    warmup: int = 1,
+    gamma: int = 5,
+    gamma_schedule: str = "adaptive",
+    max_new_tokens: int | None = None,
+    check_batch_of_one: bool = False,
+    on_batch: Callable[[int, int], None] | None = None,
+) -> BatchComparison:
+    """Time the batched baseline against our batched loop, batch by batch (alternating, after a
+    warm-up, medians), and check every row's tokens. With `check_batch_of_one`, each clip's
+    batched baseline is also compared with its baseline in a batch of one (padding and batch
+    shape can round differently)."""
+    if batch_size < 1:
+        raise ValueError("The batch size must be at least 1.")
+    starts = range(0, len(clips), batch_size)
+    base_s = spec_s = 0.0
+    n_draft = n_acc = passes_base = passes_spec = 0
+    rows: list[RowResult] = []
+    for i, start in enumerate(starts):
+        if on_batch is not None:
+            on_batch(i, len(starts))
+        part = slice(start, start + batch_size)
+        batch = prepare_batch(main, clips[part], languages[part])
+        runs = {
+            "baseline": lambda b=batch: decode_batch_baseline(main, b, max_new_tokens),
+            "speculative": lambda b=batch: decode_batch_speculative(
+                main, assistant, b, gamma=gamma, gamma_schedule=gamma_schedule,
+                max_new_tokens=max_new_tokens,
+            ),
+        }  # fmt: skip
+        timings = alternate(runs, repeats=repeats, warmup=warmup, device=main.device)
+        base, spec = timings["baseline"].result, timings["speculative"].result
+        base_s += timings["baseline"].median_s
+        spec_s += timings["speculative"].median_s
+        n_draft, n_acc = n_draft + spec.n_draft_tokens, n_acc + spec.n_accepted
+        passes_base += base.n_main_passes
+        passes_spec += spec.n_main_passes
+        for j, (b_ids, s_ids) in enumerate(zip(base.token_ids, spec.token_ids, strict=True)):
+            alone = None
+            if check_batch_of_one:
+                one = prepare_batch(main, [clips[start + j]], [languages[start + j]])
+                alone = decode_batch_baseline(main, one, max_new_tokens).token_ids[0] == b_ids
+            rows.append(
+                RowResult(
+                    base.texts[j],
+                    spec.texts[j],
+                    s_ids == b_ids,
+                    first_divergence(b_ids, s_ids),
+                    alone,
+                )  # fmt: skip
+            )
+    return BatchComparison(
+        batch_size, len(starts), base_s, spec_s, n_draft, n_acc, (passes_base, passes_spec),
+        tuple(rows),
     )  # fmt: skip

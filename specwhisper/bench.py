@@ -40,7 +40,7 @@ import numpy as np
 import torch
 
 import specwhisper
-from specwhisper import compare, decoding, examples, models, schedule
+from specwhisper import bench_batch, compare, decoding, examples, models, schedule
 from specwhisper.audio import SAMPLE_RATE, AudioLimits, load_audio
 from specwhisper.compare import CompareRequest, Comparison
 from specwhisper.decoding import WINDOW_S, DecodeResult
@@ -673,7 +673,27 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--max-new-tokens", type=int, help="cap tokens per 30 s window (quick checks only)"
     )
+    parser.add_argument(
+        "--batch-size",
+        type=int,
+        metavar="N",
+        help="batch mode: decode the clips N at a time, batched baseline vs our batched loop",
+    )
+    parser.add_argument(
+        "--batch-sweep",
+        type=bench_batch.parse_sweep,
+        metavar="SIZES",
+        help="batch mode at each size (e.g. 1,2,4,8,16), with a speed-up chart",
+    )
     args = parser.parse_args(argv)
+    if args.batch_size is not None or args.batch_sweep:
+        if args.batch_size is not None and args.batch_sweep:
+            parser.error("give --batch-size or --batch-sweep, not both")
+        if args.batch_size is not None and not 1 <= args.batch_size <= 64:
+            parser.error("--batch-size must be between 1 and 64")
+        batch_problem = bench_batch.problem(args)
+        if batch_problem:
+            parser.error(batch_problem)
     if args.peer and args.engine == PEER_ENGINE:
         parser.error(f"--peer times {PEER_ENGINE}' assisted generation; use --engine specwhisper")
     if (args.peer_gamma is not None or args.peer_gamma_schedule) and not args.peer:
@@ -850,6 +870,9 @@ def main(argv: list[str] | None = None) -> int:
     settings = settings_of(args, req, main_model, assistant, load_s)
     hw, libs = hardware(main_model.device), versions()
     print_header(console, settings, hw, libs, clips)
+    if args.batch_size is not None or args.batch_sweep:
+        settings["batch_sizes"] = bench_batch.batch_sizes(args)
+        return bench_batch.run(args, arguments, clips, main_model, assistant, settings, hw, libs)
     try:
         results = run_all(clips, req, main_model, assistant, args)
     except compare.CompareError as e:  # the GPU ran out of memory
