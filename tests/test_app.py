@@ -518,3 +518,44 @@ def test_sampling_and_fallback_through_the_page(tiny_app):
         )
     with pytest.raises(gr.Error, match="temperature must be between"):
         app.run_compare(str(JFK), assistant="tiny-random-b", temperature=5, **common)
+
+
+# --- batch mode -----------------------------------------------------------------------------
+
+
+def test_batch_mode_compares_several_files_at_each_batch_size(tiny_app, tmp_path):
+    import soundfile as sf
+
+    long_clip = tmp_path / "long.wav"  # 65 s: three 30 s pieces (30, 30, 5)
+    rng = np.random.default_rng(0)
+    sf.write(long_clip, (rng.standard_normal(16_000 * 65) * 0.1).astype(np.float32), 16_000)
+    files = [str(JFK), str(SPANISH), str(long_clip)]
+    summary, rows, chart = app.on_batch(
+        files, [1, 2], 1, "tiny-random-a (local)", "self-int8", "Auto-detect", progress=None
+    )
+    assert "Speed-up" in summary and summary.count("<tr>") == 3  # header + two batch sizes
+    assert "5/5" in summary and "MISMATCH" not in summary
+    assert rows["Clip"].tolist() == [
+        JFK.name,
+        SPANISH.name,
+        "long.wav #1",
+        "long.wav #2",
+        "long.wav #3",
+    ]
+    assert set(rows["Identical"]) == {"yes"}
+    assert set(chart["series"]) == {"this run", "Distil-Whisper paper, A100"}
+    assert chart[chart["series"] == "this run"]["batch size"].tolist() == [1, 2]
+
+
+def test_batch_mode_says_what_is_wrong(tiny_app, tmp_path):
+    not_audio = tmp_path / "notes.wav"
+    not_audio.write_text("these are not samples")
+    pair = ("tiny-random-a (local)", "self-int8", "Auto-detect")
+    with pytest.raises(gr.Error, match="Add one or more audio files"):
+        app.run_batch([], [1], 1, *pair)
+    with pytest.raises(gr.Error, match="at least one batch size"):
+        app.run_batch([str(JFK)], [], 1, *pair)
+    with pytest.raises(gr.Error, match="notes.wav: "):
+        app.run_batch([str(JFK), str(not_audio)], [1], 1, *pair)
+    with pytest.raises(gr.Error, match="Unknown language"):
+        app.run_batch([str(JFK)], [1], 1, "tiny-random-a (local)", "self-int8", "Klingon")
