@@ -25,12 +25,14 @@ from typing import Any
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 
+from specwhisper import drafters
 from specwhisper.audio import SAMPLE_RATE
 from specwhisper.decoding import _n_prompt_tokens, first_divergence
-from specwhisper.drafters import draft_vocabulary
+from specwhisper.drafters import _attend, _lean_weights, draft_vocabulary
 from specwhisper.loop import DraftStep, _process, _projection, accept, step_tokens
-from specwhisper.models import Loaded
+from specwhisper.models import SELF_INT8, Loaded
 from specwhisper.schedule import GammaSchedule
 from specwhisper.timing import ForwardMeter, alternate, clock, timed
 
@@ -124,10 +126,42 @@ def _empty_cache() -> Any:
     return EncoderDecoderCache(DynamicCache(), DynamicCache())
 
 
-class BatchDrafter:
-    """Any transformers Whisper model as a batched draft: seq2seq with its own encoder,
-    decoder-only (distil) reading the main's encoder outputs, or self-int8 (the main's own int8
-    decoder, a WhisperForCausalLM). Greedy proposals, never a suppressed token."""
+class _BatchProposer:
+    """Shared greedy proposing for batched drafters: subclasses keep `held` (tokens each row
+    has in the draft's cache) and give `_forward(feed) -> [B, V]`, the logits after each row's
+    last fed token (any row for a row fed nothing)."""
+
+    suppress: torch.Tensor  # [V] bool: never proposed
+    eos: frozenset[int]
+
+    def held(self) -> list[int]:
+        raise NotImplementedError
+
+    def _forward(self, feed: list[list[int]]) -> torch.Tensor:
+        raise NotImplementedError
+
+    @torch.inference_mode()
+    def propose(self, tokens: list[list[int]], n: list[int]) -> list[list[int]]:
+        """Continue each row's `tokens` by up to n[b] greedy draft tokens (fewer when a row
+        drafts end-of-text); a row with n[b] == 0 drafts nothing and catches up later."""
+        feed = [row[h:] if k > 0 else [] for row, h, k in zip(tokens, self.held(), n, strict=True)]
+        drafted: list[list[int]] = [[] for _ in tokens]
+        while any(feed):
+            logits = self._forward(feed).float().masked_fill(self.suppress, -torch.inf)
+            choice = logits.argmax(-1).tolist()
+            fed, feed = feed, [[] for _ in tokens]
+            for b in range(len(tokens)):
+                if not fed[b]:
+                    continue
+                drafted[b].append(choice[b])
+                if choice[b] not in self.eos and len(drafted[b]) < n[b]:
+                    feed[b] = [choice[b]]  # the last drafted token is fed with the next catch-up
+        return drafted
+
+
+class BatchDrafter(_BatchProposer):
+    """Any transformers Whisper model as a batched draft: seq2seq with its own encoder, or
+    decoder-only (distil) reading the main's encoder outputs."""
 
     def __init__(
         self,
@@ -136,6 +170,7 @@ class BatchDrafter:
         eos: frozenset[int],
         encoder_hidden: torch.Tensor,  # the main's [B, S, D]
         features: torch.Tensor,  # [B, n_mels, frames], the main's input
+        main_cache: Any = None,  # unused: this draft keeps its own cross-attention
     ):
         model = draft.model
         if draft.checkpoint.decoder_only:
@@ -146,33 +181,103 @@ class BatchDrafter:
                 states = encoder(features.to(draft.device, model.dtype)).last_hidden_state
         self.project = model.proj_out
         self.suppress, self.eos = suppress.to(draft.device), eos
-        self.max_len = model.config.max_target_positions
-        self.ragged = RaggedDecoder(model.model.decoder, _empty_cache(), states, self.max_len)
+        self.ragged = RaggedDecoder(
+            model.model.decoder, _empty_cache(), states, model.config.max_target_positions
+        )
 
-    @torch.inference_mode()
-    def propose(self, tokens: list[list[int]], n: list[int]) -> list[list[int]]:
-        """Continue each row's `tokens` by up to n[b] greedy draft tokens (fewer when a row
-        drafts end-of-text); a row with n[b] == 0 drafts nothing and catches up later."""
-        held = self.ragged.length.tolist()
-        feed = [row[h:] if want > 0 else [] for row, h, want in zip(tokens, held, n, strict=True)]
-        drafted: list[list[int]] = [[] for _ in tokens]
-        while any(feed):
-            hidden = self.ragged.feed(feed)  # [B, K, D]
-            rows = [b for b, ids in enumerate(feed) if ids]
-            last = hidden[rows, [len(feed[b]) - 1 for b in rows]]  # [R, D]
-            logits = self.project(last).float().masked_fill(self.suppress, -torch.inf)
-            feed = [[] for _ in tokens]
-            for b, token in zip(rows, logits.argmax(-1).tolist(), strict=True):
-                drafted[b].append(token)
-                if token not in self.eos and len(drafted[b]) < n[b]:
-                    feed[b] = [token]  # the last drafted token is fed with the next catch-up
-        return drafted
+    def held(self) -> list[int]:
+        return self.ragged.length.tolist()
+
+    def _forward(self, feed: list[list[int]]) -> torch.Tensor:
+        hidden = self.ragged.feed(feed)  # [B, K, D]
+        last = torch.tensor([max(len(f), 1) - 1 for f in feed], device=hidden.device)
+        return self.project(hidden[torch.arange(len(feed)), last])  # [B, V]
 
     def accept(self, n_valid: list[int]) -> None:
         self.ragged.truncate(n_valid)
 
     def keep_rows(self, rows: list[int]) -> None:
         self.ragged.keep_rows(rows)
+
+
+class Int8BatchDrafter(_BatchProposer):
+    """The self-int8 draft, batched: Int8SelfDrafter's lean forward (fused int8 QKV, the main's
+    own fp32 cross-attention keys/values, a preallocated cache) with a row per clip, each at its
+    own positions. It computes what the batch-of-one lean draft computes for each row."""
+
+    def __init__(
+        self,
+        draft: Loaded,
+        suppress: torch.Tensor,
+        eos: frozenset[int],
+        encoder_hidden: torch.Tensor,
+        features: torch.Tensor,
+        main_cache: Any,  # the main's cache after prefill: its cross-attention keys/values
+    ):
+        self.w = _lean_weights(draft.model)
+        self.suppress, self.eos = suppress, eos
+        self.max_len = draft.model.config.max_target_positions
+        w, n_rows = self.w, encoder_hidden.shape[0]
+        shape = (len(w.layers), n_rows, self.max_len, w.n_heads, w.head_dim)
+        # [L, B, T_max, H, Dh]: a row's positions below its count n are all written first
+        self.k, self.v = torch.empty(shape), torch.empty(shape)
+        self.cross = [  # [B, H, Dh, S] keys, pre-transposed once, and [B, H, S, Dh] values
+            (layer.keys.float().transpose(-1, -2).contiguous(), layer.values.float())
+            for layer in main_cache.cross_attention_cache.layers
+        ]
+        self.n = torch.zeros(n_rows, dtype=torch.long)  # [B] tokens in each row's cache
+
+    def held(self) -> list[int]:
+        return self.n.tolist()
+
+    def _forward(self, feed: list[list[int]]) -> torch.Tensor:
+        w, linear, d = self.w, drafters.int8_linear, self.w.d_model
+        n_rows, k = len(feed), max(1, max(len(f) for f in feed))
+        n_fed = torch.tensor([len(f) for f in feed])
+        ids = torch.zeros(n_rows, k, dtype=torch.long)
+        for b, f in enumerate(feed):
+            ids[b, : len(f)] = torch.tensor(f, dtype=torch.long)
+        pos = (self.n[:, None] + torch.arange(k)).clamp(max=self.max_len - 1)  # [B, K]
+        rows = torch.arange(n_rows)[:, None]
+        span = int(pos.max()) + 1  # keys read: positions 0 .. span - 1
+        mask = torch.arange(span)[None, None, None, :] <= pos[:, None, :, None]  # [B,1,K,T]
+        x = (w.embed[ids] + w.positions[pos]).reshape(n_rows * k, d)  # [B*K, D]
+        for i, layer in enumerate(w.layers):
+            h = F.layer_norm(x, (d,), *layer.norm_self)
+            qkv = linear(h, layer.qkv, reduce_range=True).view(n_rows, k, 3, w.n_heads, -1)
+            self.k[i][rows, pos] = qkv[:, :, 1]  # pads land past a row's count: never read
+            self.v[i][rows, pos] = qkv[:, :, 2]
+            keys = self.k[i, :, :span].permute(0, 2, 3, 1)  # [B, H, Dh, T]
+            values = self.v[i, :, :span].transpose(1, 2)  # [B, H, T, Dh]
+            a = _attend(qkv[:, :, 0].transpose(1, 2), keys, values, mask)  # [B, H, K, Dh]
+            x = x + linear(a.transpose(1, 2).reshape(n_rows * k, d), layer.out, reduce_range=True)
+            h = F.layer_norm(x, (d,), *layer.norm_cross)
+            q = linear(h, layer.cross_q, reduce_range=True).view(n_rows, k, w.n_heads, -1)
+            a = _attend(q.transpose(1, 2), *self.cross[i])
+            x = x + linear(a.transpose(1, 2).reshape(n_rows * k, d), layer.cross_out,
+                           reduce_range=True)  # fmt: skip
+            h = F.layer_norm(x, (d,), *layer.norm_ffn)
+            h = w.activation(linear(h, layer.fc1, reduce_range=True))
+            x = x + linear(h, layer.fc2, reduce_range=True)
+        self.n = self.n + n_fed
+        last = x.view(n_rows, k, d)[torch.arange(n_rows), (n_fed - 1).clamp(min=0)]  # [B, D]
+        return linear(F.layer_norm(last, (d,), *w.norm_final), w.head, reduce_range=True)
+
+    def accept(self, n_valid: list[int]) -> None:
+        self.n = torch.minimum(self.n, torch.tensor(n_valid))
+
+    def keep_rows(self, rows: list[int]) -> None:
+        index = torch.tensor(rows, dtype=torch.long)
+        self.k, self.v = self.k[:, index], self.v[:, index]
+        self.cross = [(kt[index], v[index]) for kt, v in self.cross]
+        self.n = self.n[index]
+
+
+def make_batch_drafter(draft: Loaded, *args: Any) -> _BatchProposer:
+    """The batched drafter for this assistant: the lean int8 one for self-int8."""
+    if draft.checkpoint.id == SELF_INT8:
+        return Int8BatchDrafter(draft, *args)
+    return BatchDrafter(draft, *args)
 
 
 @dataclass
@@ -189,7 +294,7 @@ class BatchStats:
 
 def batched_speculative_decode(
     main: torch.nn.Module,
-    make_drafter: Callable[[torch.Tensor, torch.Tensor], BatchDrafter],
+    make_drafter: Callable[[torch.Tensor, torch.Tensor, Any], _BatchProposer],
     schedule: GammaSchedule,
     stats: BatchStats,
     input_ids: torch.LongTensor,
@@ -244,7 +349,7 @@ def batched_speculative_decode(
                                           logits[b : b + 1]).argmax()))
             for b, t in enumerate(tokens)
         ]  # fmt: skip
-        drafter = make_drafter(encoder_hidden, inputs_tensor)
+        drafter = make_drafter(encoder_hidden, inputs_tensor, model_kwargs["past_key_values"])
         while True:
             # 2. Record each row's step; a row that reached end-of-text or the length limit
             #    leaves the batch.
@@ -420,8 +525,8 @@ def decode_batch_speculative(
     stats = BatchStats()
     suppress, eos = draft_vocabulary(main)
 
-    def make(encoder_hidden: torch.Tensor, features: torch.Tensor) -> BatchDrafter:
-        return BatchDrafter(assistant, suppress, eos, encoder_hidden, features)
+    def make(encoder_hidden: torch.Tensor, features: torch.Tensor, cache: Any) -> _BatchProposer:
+        return make_batch_drafter(assistant, suppress, eos, encoder_hidden, features, cache)
 
     def loop(model, input_ids, logits_processor, stopping_criteria, generation_config,
              inputs_tensor=None, **rest):  # fmt: skip

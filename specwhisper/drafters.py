@@ -174,6 +174,11 @@ def build_self_int8(main: Loaded) -> Loaded:
     return Loaded(ckpt, draft, None, load_s, main.device, torch.float32, main.revision)
 
 
+def int8_linear(x: torch.Tensor, weight: Any, reduce_range: bool = True) -> torch.Tensor:
+    """fbgemm's dynamic int8 Linear: one activation scale for all rows of x, from their range."""
+    return torch.ops.quantized.linear_dynamic(x, weight, reduce_range=reduce_range)
+
+
 class Int8SelfDrafter(_GreedyDrafter):
     """The self-int8 draft run through a lean forward with a preallocated KV cache.
 
@@ -211,7 +216,7 @@ class Int8SelfDrafter(_GreedyDrafter):
     @torch.inference_mode()
     def _forward(self, ids: list[int]) -> torch.Tensor:
         """Feed ids at positions n.. n+len(ids); return last-position logits [V]."""
-        w, linear = self.w, torch.ops.quantized.linear_dynamic
+        w, linear = self.w, int8_linear
         start, t, d = self.n, len(ids), self.w.d_model
         x = w.embed[ids] + w.positions[start : start + t]  # [T, D]
         mask = None

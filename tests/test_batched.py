@@ -153,3 +153,51 @@ def test_batch_mode_takes_windows_of_up_to_30_s(pair):
         batched.prepare_batch(main, [np.zeros(16_000 * 31, dtype=np.float32)])
     with pytest.raises(ValueError, match="at least one clip"):
         batched.prepare_batch(main, [])
+
+
+@pytest.mark.parametrize("rows", [[0], [0, 1, 2]])
+def test_batched_int8_draft_computes_the_batch_of_one_draft(pair, rows, monkeypatch):
+    """The batched lean int8 draft gives each row the logits the batch-of-one lean draft gives
+    it, rows at different positions and fed different numbers of tokens.
+
+    fbgemm's dynamic int8 matmul takes one activation scale for all its input rows, so in a
+    batch each row's rounding depends on the others (and on pads): a real, small difference
+    for a draft, which the main verifies anyway. To compare the kernels themselves, both sides
+    here quantize each input row on its own."""
+    main, drafts = pair
+    fused = drafters.int8_linear
+
+    def row_by_row(x, weight, reduce_range=True):
+        return torch.cat([fused(x[i : i + 1], weight, reduce_range) for i in range(len(x))])
+
+    monkeypatch.setattr(drafters, "int8_linear", row_by_row)
+    suppress, eos = drafters.draft_vocabulary(main)
+    torch.manual_seed(0)
+    states = torch.randn(3, 1500, 64)[rows]
+    before = [[1, 2, 3], [1, 2, 3, 4, 5], [1]]
+    kept = [2, 5, 1]  # row 0 forgets its last token
+    after = [[7, 8], [9], []]
+    with torch.inference_mode():
+        cache = batched._empty_cache()  # the main's, after a pass: its cross-attention K/V
+        main.model.model.decoder(
+            input_ids=torch.tensor([[1]] * len(rows)), encoder_hidden_states=states,
+            past_key_values=cache, use_cache=True,
+        )  # fmt: skip
+        draft = drafts[models.SELF_INT8]
+        together = batched.Int8BatchDrafter(draft, suppress, eos, states, None, cache)
+        first = together._forward([before[r] for r in rows])
+        together.accept([kept[r] for r in rows])
+        second = together._forward([after[r] for r in rows])
+        for i, r in enumerate(rows[:2]):
+            one_cache = batched._empty_cache()
+            main.model.model.decoder(
+                input_ids=torch.tensor([[1]]), encoder_hidden_states=states[i : i + 1],
+                past_key_values=one_cache, use_cache=True,
+            )  # fmt: skip
+            alone = drafters.Int8SelfDrafter(draft, suppress, eos)
+            alone.begin(states[i : i + 1], one_cache, None)
+            close = dict(rtol=1e-4, atol=1e-4)
+            torch.testing.assert_close(first[i], alone._forward(before[r]), **close)
+            alone.accept(kept[r])
+            if after[r]:
+                torch.testing.assert_close(second[i], alone._forward(after[r]), **close)
