@@ -53,8 +53,6 @@ def problem(args: argparse.Namespace) -> str | None:
         return "Batch mode decodes without timestamps: drop --timestamps."
     if args.engine != "specwhisper":
         return "Batch mode runs our loop: transformers refuses an assistant at batch size > 1."
-    if args.join:
-        return "Batch mode batches the clips themselves: drop --join."
     return None
 
 

