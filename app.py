@@ -392,6 +392,7 @@ def _on_device_batch(
     main, assistant, _ = compare.load_pair(req)
     report = _reporter(progress)
     sweep = []
+    alone = None  # each row's tokens in a batch of one, once size 1 has run
     for k, size in enumerate(sizes):
 
         def on_batch(i: int, n: int, k: int = k, size: int = size) -> None:
@@ -399,9 +400,11 @@ def _on_device_batch(
 
         result = batched.compare_batches(
             main, assistant, pieces, languages, size, repeats=req.repeats,
-            check_batch_of_one=size > 1, on_batch=on_batch,
+            check_batch_of_one=size > 1, batch_of_one=alone, on_batch=on_batch,
         )  # fmt: skip
         sweep.append(result.to_dict())
+        if size == 1:
+            alone = [row.baseline_tokens for row in result.rows]
     return sweep
 
 

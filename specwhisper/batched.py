@@ -567,6 +567,7 @@ class RowResult:
     first_divergence: int | None
     # the batched baseline's tokens == a batch of one's (None: not checked)
     same_as_batch_of_one: bool | None = None
+    baseline_tokens: tuple[int, ...] = ()  # the batched baseline's, for later comparisons
 
 
 @dataclass(frozen=True)
@@ -630,12 +631,14 @@ def compare_batches(
     gamma_schedule: str = "adaptive",
     max_new_tokens: int | None = None,
     check_batch_of_one: bool = False,
+    batch_of_one: list[tuple[int, ...]] | None = None,
     on_batch: Callable[[int, int], None] | None = None,
 ) -> BatchComparison:
     """Time the batched baseline against our batched loop, batch by batch (alternating, after a
     warm-up, medians), and check every row's tokens. With `check_batch_of_one`, each clip's
     batched baseline is also compared with its baseline in a batch of one (padding and batch
-    shape can round differently)."""
+    shape can round differently), against `batch_of_one` (each row's tokens from a batch of
+    one, e.g. a batch-size-1 comparison's baseline) when given, else by running it."""
     if batch_size < 1:
         raise ValueError("The batch size must be at least 1.")
     starts = range(0, len(clips), batch_size)
@@ -663,7 +666,9 @@ def compare_batches(
         passes_spec += spec.n_main_passes
         for j, (b_ids, s_ids) in enumerate(zip(base.token_ids, spec.token_ids, strict=True)):
             alone = None
-            if check_batch_of_one:
+            if check_batch_of_one and batch_of_one is not None:
+                alone = batch_of_one[start + j] == b_ids
+            elif check_batch_of_one:
                 one = prepare_batch(main, [clips[start + j]], [languages[start + j]])
                 alone = decode_batch_baseline(main, one, max_new_tokens).token_ids[0] == b_ids
             rows.append(
@@ -673,6 +678,7 @@ def compare_batches(
                     s_ids == b_ids,
                     first_divergence(b_ids, s_ids),
                     alone,
+                    b_ids,
                 )  # fmt: skip
             )
     return BatchComparison(

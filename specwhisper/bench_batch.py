@@ -28,6 +28,7 @@ PAPER_A100 = {1: 2.0, 4: 1.3, 16: 0.8}
 
 
 def batch_sizes(args: argparse.Namespace) -> list[int]:
+    """In ascending order: size 1's baselines then serve as the batch-of-one check."""
     if args.batch_sweep:
         return args.batch_sweep
     return [args.batch_size]
@@ -87,6 +88,7 @@ def run(
         languages = [None] * len(samples)
     warmup = 0 if args.no_warmup else 1
     results = []
+    alone = None  # each row's tokens in a batch of one, once size 1 has run
     for size in batch_sizes(args):
 
         def on_batch(i: int, n: int, size: int = size) -> None:
@@ -96,9 +98,11 @@ def run(
             main, assistant, samples, languages, size,
             repeats=args.repeats, warmup=warmup, gamma=args.gamma,
             gamma_schedule=args.gamma_schedule, max_new_tokens=args.max_new_tokens,
-            check_batch_of_one=size > 1, on_batch=on_batch,
+            check_batch_of_one=size > 1, batch_of_one=alone, on_batch=on_batch,
         )  # fmt: skip
         results.append(result)
+        if size == 1:
+            alone = [row.baseline_tokens for row in result.rows]
         console.print(
             f"batch size {size:>2}: baseline {result.baseline_s:8.2f} s, speculative "
             f"{result.speculative_s:8.2f} s, speed-up {result.speedup:.2f}×, acceptance "

