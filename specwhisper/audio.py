@@ -385,8 +385,22 @@ def _env_positive(name: str, default: float) -> float:
     return value
 
 
-def chunks(samples: np.ndarray, seconds: float = 30.0) -> list[np.ndarray]:
-    """Consecutive pieces of at most `seconds` (the last one shorter): how batch mode feeds a
-    recording longer than Whisper's 30 s window to a batch, one piece per row."""
-    step = int(seconds * SAMPLE_RATE)
-    return [samples[i : i + step] for i in range(0, max(len(samples), 1), step)]
+def chunks(
+    samples: np.ndarray, chunk_s: float = 30.0, stride_s: float = 5.0
+) -> list[tuple[np.ndarray, tuple[int, int, int]]]:
+    """A recording cut the way transformers' ASR pipeline cuts it (`chunk_iter`, with its
+    default stride of chunk_s / 6): windows of chunk_s that overlap each neighbour by stride_s,
+    each with its (length, left stride, right stride) in samples, which the pipeline's merge
+    needs to stitch the pieces' tokens back together. One piece when it fits in one window."""
+    size, stride = int(chunk_s * SAMPLE_RATE), int(stride_s * SAMPLE_RATE)
+    step = size - 2 * stride
+    out = []
+    for start in range(0, max(len(samples), 1), step):
+        piece = samples[start : start + size]
+        last = start + size >= len(samples)
+        left, right = (0 if start == 0 else stride), (0 if last else stride)
+        if len(piece) > left:
+            out.append((piece, (len(piece), left, right)))
+        if last:
+            break
+    return out

@@ -568,6 +568,7 @@ class RowResult:
     # the batched baseline's tokens == a batch of one's (None: not checked)
     same_as_batch_of_one: bool | None = None
     baseline_tokens: tuple[int, ...] = ()  # the batched baseline's, for later comparisons
+    speculative_tokens: tuple[int, ...] = ()
 
 
 @dataclass(frozen=True)
@@ -679,9 +680,26 @@ def compare_batches(
                     first_divergence(b_ids, s_ids),
                     alone,
                     b_ids,
-                )  # fmt: skip
+                    s_ids,
+                )
             )
     return BatchComparison(
         batch_size, len(starts), base_s, spec_s, n_draft, n_acc, (passes_base, passes_spec),
         tuple(rows),
     )  # fmt: skip
+
+
+def merge_pieces(
+    main: Loaded, rows: list[tuple[int, ...]], strides: list[tuple[int, int, int]]
+) -> str:
+    """One recording's text from its overlapping pieces (audio.chunks), stitched the way
+    transformers' ASR pipeline stitches them: the longest common token run in each overlap."""
+    outputs = [
+        {"tokens": torch.tensor([list(ids)]), "stride": tuple(x / SAMPLE_RATE for x in stride)}
+        for ids, stride in zip(rows, strides, strict=True)
+    ]
+    precision = WINDOW_S / main.model.config.max_source_positions
+    text, _ = main.processor.tokenizer._decode_asr(
+        outputs, return_timestamps=False, return_language=None, time_precision=precision
+    )
+    return text.strip()

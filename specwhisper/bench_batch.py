@@ -58,10 +58,11 @@ def problem(args: argparse.Namespace) -> str | None:
 
 
 def pieces(clips: list[Any]) -> tuple[list[Any], list[str | None], list[str]]:
-    """Every clip as rows of up to 30 s: samples, language and name per row."""
+    """Every clip as rows of up to 30 s (longer ones cut as the ASR pipeline cuts them):
+    samples, language and name per row."""
     samples, languages, names = [], [], []
     for clip in clips:
-        parts = audio.chunks(clip.samples)
+        parts = [piece for piece, _ in audio.chunks(clip.samples)]
         for i, part in enumerate(parts):
             samples.append(part)
             languages.append(clip.language)

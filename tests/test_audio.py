@@ -21,6 +21,7 @@ from specwhisper.audio import (
     Audio,
     AudioError,
     AudioLimits,
+    chunks,
     load_array,
     load_audio,
 )
@@ -398,3 +399,17 @@ def test_real_clips(name, rate, duration_s):
     assert audio.source_rate == rate and audio.n_channels == 1
     assert 0.1 < np.abs(audio.samples).max() <= 1.0
     assert (audio.notes == ()) == (rate == SAMPLE_RATE)
+
+
+@pytest.mark.parametrize("seconds", [0.5, 30.0, 31.0, 65.0, 100.0])
+def test_chunks_cut_as_the_asr_pipeline_cuts(seconds):
+    """Batch mode's pieces of a long recording are transformers' ASR pipeline's, strides too."""
+    from transformers import WhisperFeatureExtractor
+    from transformers.pipelines.automatic_speech_recognition import chunk_iter
+
+    samples = np.arange(int(seconds * 16_000), dtype=np.float32)
+    ours = chunks(samples)
+    theirs = list(chunk_iter(samples, WhisperFeatureExtractor(), 480_000, 80_000, 80_000))
+    assert [stride for _, stride in ours] == [t["stride"] for t in theirs]
+    assert all(len(piece) == stride[0] for piece, stride in ours)
+    assert ours[0][0][0] == 0 and ours[-1][0][-1] == samples[-1]  # nothing lost at either end
