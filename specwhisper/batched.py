@@ -12,8 +12,9 @@ decoding) when drafting does not pay. Greedy only: every row's tokens are the on
 own greedy choice gives that row.
 
 Whisper's `generate` still does everything around the token loop (features, language tokens,
-logits processors), so the batched baseline is plain `generate` on the same batch. This module
-does not load checkpoints or read audio (see models, audio) and does not time repeats (timing).
+logits processors), so the batched baseline is plain `generate` on the same batch;
+`compare_batches` times the two side by side with timing's alternating repeats. This module does
+not load checkpoints or read audio (see models, audio).
 """
 
 from __future__ import annotations
@@ -29,14 +30,13 @@ import torch.nn.functional as F
 
 from specwhisper import drafters
 from specwhisper.audio import SAMPLE_RATE
-from specwhisper.decoding import _n_prompt_tokens, first_divergence
+from specwhisper.decoding import WINDOW_S, _n_prompt_tokens, first_divergence
 from specwhisper.drafters import _attend, _lean_weights, draft_vocabulary
 from specwhisper.loop import DraftStep, _process, _projection, accept, step_tokens
 from specwhisper.models import SELF_INT8, Loaded
 from specwhisper.schedule import GammaSchedule
 from specwhisper.timing import ForwardMeter, alternate, clock, timed
 
-WINDOW_S = 30.0
 BATCH_ONLY_GREEDY = (
     "Batch mode decodes greedily (temperature 0): speculative sampling runs one clip at a time."
 )
