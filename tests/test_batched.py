@@ -201,3 +201,16 @@ def test_batched_int8_draft_computes_the_batch_of_one_draft(pair, rows, monkeypa
             alone.accept(kept[r])
             if after[r]:
                 torch.testing.assert_close(second[i], alone._forward(after[r]), **close)
+
+
+def test_schedule_pools_the_rows_of_a_batch():
+    """One batched step: the acceptance counts pool the rows, the costs are the batch's (the
+    draft's per token over the longest row's draft, the verify pass keyed by its width)."""
+    from specwhisper.schedule import GammaSchedule
+
+    schedule = GammaSchedule(accepted=0.0, trials=0.0, decay=1.0)
+    schedule.update_batch([5, 3, 0], [5, 1, 0], draft_s=0.5, verify_s=0.2)
+    assert (schedule.accepted, schedule.trials) == (6.0, 7.0)  # 5 of 5, then 1 + one rejection
+    assert schedule.t_verify_s == {6: 0.2}
+    schedule.update_batch([4, 4], [4, 4], draft_s=0.4, verify_s=0.3)
+    assert schedule.t_draft_s == pytest.approx(0.1)  # the second drafting step: 0.4 s / 4
