@@ -73,8 +73,6 @@ MAX_GPU_S = 600  # the longest ZeroGPU call we ask for
 TURBO = "openai/whisper-large-v3-turbo"  # the main with no assistant but itself (TURBO_NOTE)
 BATCH_SIZES = [1, 2, 4, 8, 16]
 MAX_BATCH_ROWS = 32  # 30 s pieces in one batch-mode run, all files together
-# Distil-Whisper paper, large-v2 + distil-large-v2 on an A100: speed-up by batch size
-PAPER_A100 = {1: 2.0, 4: 1.3, 16: 0.8}
 BATCH_INTRO = """
 Several files at once, or one long recording cut into 30 s pieces the way the transformers ASR
 pipeline cuts it (5 s of overlap on each side, one piece per row, stitched back together after).
@@ -498,7 +496,7 @@ def batch_rows_frame(result: Mapping[str, Any]) -> pd.DataFrame:
 def batch_chart_frame(result: Mapping[str, Any]) -> pd.DataFrame:
     """Speed-up against batch size: this run, and the paper's A100 figures for reference."""
     points = [("this run", e["batch_size"], e["speedup"]) for e in result["sweep"]]
-    points += [("Distil-Whisper paper, A100", n, x) for n, x in PAPER_A100.items()]
+    points += [("Distil-Whisper paper, A100", n, x) for n, x in batched.PAPER_A100.items()]
     return pd.DataFrame(points, columns=["series", "batch size", "speed-up"])
 
 

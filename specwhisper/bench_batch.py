@@ -22,10 +22,6 @@ from typing import Any
 
 from specwhisper import audio, batched, models
 
-# Distil-Whisper (Gandhi et al. 2023), speculative decoding with distil-large-v2 assisting
-# large-v2 on an A100: the speed-up at each batch size.
-PAPER_A100 = {1: 2.0, 4: 1.3, 16: 0.8}
-
 
 def batch_sizes(args: argparse.Namespace) -> list[int]:
     """In ascending order: size 1's baselines then serve as the batch-of-one check."""
@@ -166,12 +162,12 @@ def save_sweep_chart(results: list[batched.BatchComparison], path: Path, title: 
     sizes = [r.batch_size for r in results]
     ax.plot(sizes, [r.speedup for r in results], marker="o", label="ours (this run)")
     ax.plot(
-        list(PAPER_A100), list(PAPER_A100.values()), marker="s", linestyle=":",
+        list(batched.PAPER_A100), list(batched.PAPER_A100.values()), marker="s", linestyle=":",
         label="Distil-Whisper paper, A100 (large-v2 + distil-large-v2)",
     )  # fmt: skip
     ax.axhline(1.0, color="black", linewidth=1, linestyle="--")
     ax.set_xscale("log", base=2)
-    ticks = sorted(set(sizes) | set(PAPER_A100))
+    ticks = sorted(set(sizes) | set(batched.PAPER_A100))
     ax.set_xticks(ticks, [str(t) for t in ticks])
     ax.set_xlabel("batch size")
     ax.set_ylabel("speed-up over the batched baseline (×)")
