@@ -32,7 +32,14 @@ from specwhisper import drafters
 from specwhisper.audio import SAMPLE_RATE
 from specwhisper.decoding import WINDOW_S, _n_prompt_tokens, first_divergence
 from specwhisper.drafters import _attend, _lean_weights, draft_vocabulary
-from specwhisper.loop import DraftStep, _process, _projection, accept, step_tokens
+from specwhisper.loop import (
+    DraftStep,
+    _process,
+    _projection,
+    accept,
+    custom_generate,
+    step_tokens,
+)
 from specwhisper.models import SELF_INT8, Loaded
 from specwhisper.schedule import GammaSchedule
 from specwhisper.timing import ForwardMeter, alternate, clock, timed
@@ -67,20 +74,12 @@ class RaggedDecoder:
         self.pos = torch.empty(n_rows, 0, dtype=torch.long, device=device)  # [B, C]
         self.length = torch.zeros(n_rows, dtype=torch.long, device=device)  # [B] tokens held
 
-    @property
-    def n_rows(self) -> int:
-        return int(self.length.shape[0])
-
     def feed(self, ids: list[list[int]]) -> torch.Tensor:
         """Feed each row its own tokens (any number, 0 included) at its next positions; return
         the hidden states [B, K, D], K the longest row's count (later slots of a row are pads)."""
         device = self.encoder_hidden.device
-        n_fed = torch.tensor([len(row) for row in ids], device=device)  # [B]
-        k = max(1, int(n_fed.max()))
-        padded = torch.zeros(len(ids), k, dtype=torch.long, device=device)
-        for b, row in enumerate(ids):
-            padded[b, : len(row)] = torch.tensor(row, dtype=torch.long)
-        offsets = torch.arange(k, device=device)
+        padded, n_fed = _padded(ids, device)  # [B, K], [B]
+        offsets = torch.arange(padded.shape[1], device=device)
         positions = self.length[:, None] + offsets  # [B, K]
         real = offsets[None] < n_fed[:, None]
         query_pos = positions.clamp(max=self.max_positions - 1)  # pads: any valid position
@@ -121,6 +120,16 @@ class RaggedDecoder:
         self.cache.batch_select_indices(index)
         self.encoder_hidden = self.encoder_hidden[index]
         self.pos, self.length = self.pos[index], self.length[index]
+
+
+def _padded(ids: list[list[int]], device: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rows of different lengths as [B, K] ids (zeros past a row's end, K >= 1) and their
+    lengths [B]."""
+    n_fed = torch.tensor([len(row) for row in ids], device=device)
+    padded = torch.zeros(len(ids), max(1, int(n_fed.max())), dtype=torch.long, device=device)
+    for b, row in enumerate(ids):
+        padded[b, : len(row)] = torch.tensor(row, dtype=torch.long)
+    return padded, n_fed
 
 
 def _empty_cache() -> Any:
@@ -235,11 +244,8 @@ class Int8BatchDrafter(_BatchProposer):
 
     def _forward(self, feed: list[list[int]]) -> torch.Tensor:
         w, linear, d = self.w, drafters.int8_linear, self.w.d_model
-        n_rows, k = len(feed), max(1, max(len(f) for f in feed))
-        n_fed = torch.tensor([len(f) for f in feed])
-        ids = torch.zeros(n_rows, k, dtype=torch.long)
-        for b, f in enumerate(feed):
-            ids[b, : len(f)] = torch.tensor(f, dtype=torch.long)
+        ids, n_fed = _padded(feed, "cpu")  # [B, K], [B]
+        n_rows, k = ids.shape
         pos = (self.n[:, None] + torch.arange(k)).clamp(max=self.max_len - 1)  # [B, K]
         rows = torch.arange(n_rows)[:, None]
         span = int(pos.max()) + 1  # keys read: positions 0 .. span - 1
@@ -289,10 +295,7 @@ class BatchStats:
 
     steps: list[list[DraftStep]] = field(default_factory=list)  # per row of the batch
     n_main_passes: int = 0  # main decoder passes over the batch (prefill included)
-    n_draft_passes: int = 0  # draft decoder passes over the batch
     draft_s: float = 0.0  # time inside the draft, device synced
-    verify_s: float = 0.0  # time inside the main's passes after prefill, device synced
-    gammas: list[int] = field(default_factory=list)  # the draft length of each step
 
 
 def batched_speculative_decode(
@@ -375,7 +378,6 @@ def batched_speculative_decode(
             drafted = [[] for _ in active]
             if max(want) > 0:
                 drafted = drafter.propose([tokens[r] for r in active], want)
-                stats.n_draft_passes += max(len(d) for d in drafted)
             t1 = clock(device)
             # 4. Verify: one main pass over each row's last token plus its draft.
             fed = [[tokens[r][-1], *d] for r, d in zip(active, drafted, strict=True)]
@@ -394,8 +396,6 @@ def batched_speculative_decode(
             verifier.truncate(n_valid)
             drafter.accept(n_valid)
             stats.draft_s += t1 - t0
-            stats.verify_s += t2 - t1
-            stats.gammas.append(gamma)
             schedule.update_batch(
                 [len(d) for d in drafted], [s.n_accepted for s in steps], t1 - t0, t2 - t1
             )
@@ -531,17 +531,12 @@ def decode_batch_speculative(
     def make(encoder_hidden: torch.Tensor, features: torch.Tensor, cache: Any) -> _BatchProposer:
         return make_batch_drafter(assistant, suppress, eos, encoder_hidden, features, cache)
 
-    def loop(model, input_ids, logits_processor, stopping_criteria, generation_config,
-             inputs_tensor=None, **rest):  # fmt: skip
-        for key in ("synced_gpus", "streamer", "assistant_model", "tokenizer",
-                    "assistant_tokenizer", "generator"):  # fmt: skip
-            rest.pop(key, None)
+    def decode(model, input_ids, logits_processor, generation_config, **rest):
         return batched_speculative_decode(
-            model, make, schedule, stats, input_ids, logits_processor, generation_config,
-            inputs_tensor=inputs_tensor, **rest,
-        )  # fmt: skip
+            model, make, schedule, stats, input_ids, logits_processor, generation_config, **rest
+        )
 
-    kwargs["custom_generate"] = loop
+    kwargs["custom_generate"] = custom_generate(decode)
     with torch.inference_mode():
         output, seconds = timed(
             lambda: main.model.generate(batch.input_features, **kwargs), main.device
@@ -600,8 +595,13 @@ class BatchComparison:
     def acceptance_rate(self) -> float:
         return self.n_accepted / self.n_draft_tokens if self.n_draft_tokens else 0.0
 
-    def to_dict(self) -> dict[str, Any]:
+    @property
+    def same_as_batch_of_one(self) -> str | None:
+        """ "k/n": rows whose batched baseline equals their batch of one (None: not checked)."""
         checked = [r.same_as_batch_of_one for r in self.rows if r.same_as_batch_of_one is not None]
+        return f"{sum(checked)}/{len(checked)}" if checked else None
+
+    def to_dict(self) -> dict[str, Any]:
         return {
             "batch_size": self.batch_size,
             "n_batches": self.n_batches,
@@ -615,9 +615,7 @@ class BatchComparison:
                 "baseline": self.n_main_passes[0],
                 "speculative": self.n_main_passes[1],
             },
-            "batched_baseline_equals_batch_of_one": (
-                f"{sum(checked)}/{len(checked)}" if checked else None
-            ),
+            "batched_baseline_equals_batch_of_one": self.same_as_batch_of_one,
             "rows": [dataclasses.asdict(r) for r in self.rows],
         }
 

@@ -105,7 +105,7 @@ def run(
             f"{result.speculative_s:8.2f} s, speed-up {result.speedup:.2f}×, acceptance "
             f"{result.acceptance_rate:.1%}, identical rows {result.n_identical}/"
             f"{len(result.rows)}, batched baseline = batch of one: "
-            f"{result.to_dict()['batched_baseline_equals_batch_of_one'] or '-'}",
+            f"{result.same_as_batch_of_one or '-'}",
             highlight=False,
         )
         for name, row in zip(names, result.rows, strict=True):

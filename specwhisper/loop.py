@@ -286,16 +286,13 @@ def _suppress_mask(processor: Any, tokens: torch.Tensor, logits: torch.Tensor) -
     return mask
 
 
-def own_loop(
-    drafter: Drafter,
-    schedule: GammaSchedule,
-    stats: LoopStats,
-    generator: torch.Generator | None = None,
-) -> Callable[..., Any]:
-    """A `custom_generate` callable: `generate` builds everything as for the baseline (greedy
-    mode, same logits processors and cache) and hands the token loop to `speculative_decode`.
-    Our loop ends on end-of-text and the length limit itself, so generate's stopping criteria
-    (the same two conditions) are not used."""
+def custom_generate(decode: Callable[..., Any]) -> Callable[..., Any]:
+    """A `custom_generate` callable for `generate`: it builds everything as for the baseline
+    (greedy or sampling mode, the same logits processors and cache) and hands the token loop to
+    `decode(model, input_ids, logits_processor, generation_config, inputs_tensor=..., **kw)`,
+    without the arguments only generate's own loops use. Our loops end on end-of-text and the
+    length limit themselves, so generate's stopping criteria (the same two conditions) are not
+    used."""
 
     def loop(
         model,
@@ -314,9 +311,26 @@ def own_loop(
             "assistant_tokenizer",
         ):
             kwargs.pop(key, None)
-        return speculative_decode(
-            model, drafter, schedule, stats, input_ids, logits_processor, generation_config,
-            inputs_tensor=inputs_tensor, generator=generator, **kwargs,
+        return decode(
+            model, input_ids, logits_processor, generation_config,
+            inputs_tensor=inputs_tensor, **kwargs,
         )  # fmt: skip
 
     return loop
+
+
+def own_loop(
+    drafter: Drafter,
+    schedule: GammaSchedule,
+    stats: LoopStats,
+    generator: torch.Generator | None = None,
+) -> Callable[..., Any]:
+    """The `custom_generate` callable that runs `speculative_decode` (one window, batch 1)."""
+
+    def decode(model, input_ids, logits_processor, generation_config, **kwargs):
+        return speculative_decode(
+            model, drafter, schedule, stats, input_ids, logits_processor, generation_config,
+            generator=generator, **kwargs,
+        )  # fmt: skip
+
+    return custom_generate(decode)
