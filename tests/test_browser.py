@@ -41,6 +41,9 @@ DESKTOP = {"width": 1280, "height": 900}
 PHONE = {"width": 390, "height": 844}
 PAGE_TIMEOUT_MS = 60_000  # loading the page and each click
 RUN_TIMEOUT_MS = 120_000  # one comparison, model loading included, on a busy CPU
+# expect() waits 5 s by default: too short for an upload on a busy 2-core runner (CI once saw
+# the second of two batch-mode uploads arrive later than that).
+expect.set_options(timeout=PAGE_TIMEOUT_MS)
 RECORD_S = 4
 
 pytestmark = [
@@ -313,7 +316,7 @@ def test_batch_mode(open_page, server):
     choose_fast_settings(page, server)
     page.get_by_text("Batch mode: several files", exact=False).first.click()
     page.locator("input[type=file][multiple]").set_input_files([JFK, SPANISH])
-    expect(page.get_by_text(SPANISH.name, exact=True)).to_be_visible()  # the uploads arrived
+    expect(page.get_by_role("cell", name=SPANISH.name, exact=True)).to_be_visible()  # both arrived
     page.get_by_role("checkbox", name="2", exact=True).check()  # 1 and 4 are on by default
     page.get_by_role("checkbox", name="4", exact=True).uncheck()
     page.get_by_role("button", name="Compare in batches").click()
