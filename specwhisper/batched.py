@@ -31,7 +31,14 @@ import torch.nn.functional as F
 from specwhisper import drafters
 from specwhisper.audio import SAMPLE_RATE
 from specwhisper.decoding import WINDOW_S, _n_prompt_tokens, first_divergence
-from specwhisper.drafters import _attend, _lean_weights, draft_vocabulary
+from specwhisper.drafters import (
+    _attend,
+    _lean_weights,
+    attend_cross,
+    cross_dtype,
+    cross_keys_values,
+    draft_vocabulary,
+)
 from specwhisper.loop import (
     DraftStep,
     _process,
@@ -213,9 +220,10 @@ class BatchDrafter(_BatchProposer):
 
 
 class Int8BatchDrafter(_BatchProposer):
-    """The self-int8 draft, batched: Int8SelfDrafter's lean forward (fused int8 QKV, the main's
-    own fp32 cross-attention keys/values, a preallocated cache) with a row per clip, each at its
-    own positions. It computes what the batch-of-one lean draft computes for each row."""
+    """The self-int8 draft, batched: Int8SelfDrafter's lean forward (fused int8 QKV, a copy of
+    the main's cross-attention keys/values in `cross_dtype()`, a preallocated cache) with a row
+    per clip, each at its own positions. It computes what the batch-of-one lean draft computes
+    for each row."""
 
     def __init__(
         self,
@@ -233,8 +241,9 @@ class Int8BatchDrafter(_BatchProposer):
         shape = (len(w.layers), n_rows, self.max_len, w.n_heads, w.head_dim)
         # [L, B, T_max, H, Dh]: a row's positions below its count n are all written first
         self.k, self.v = torch.empty(shape), torch.empty(shape)
-        self.cross = [  # [B, H, Dh, S] keys, pre-transposed once, and [B, H, S, Dh] values
-            (layer.keys.float().transpose(-1, -2).contiguous(), layer.values.float())
+        dtype = cross_dtype()
+        self.cross = [  # [B, ...] per layer, as drafters.cross_keys_values lays them out
+            cross_keys_values(layer.keys, layer.values, dtype)
             for layer in main_cache.cross_attention_cache.layers
         ]
         self.n = torch.zeros(n_rows, dtype=torch.long)  # [B] tokens in each row's cache
@@ -262,7 +271,7 @@ class Int8BatchDrafter(_BatchProposer):
             x = x + linear(a.transpose(1, 2).reshape(n_rows * k, d), layer.out, reduce_range=True)
             h = F.layer_norm(x, (d,), *layer.norm_cross)
             q = linear(h, layer.cross_q, reduce_range=True).view(n_rows, k, w.n_heads, -1)
-            a = _attend(q.transpose(1, 2), *self.cross[i])
+            a = attend_cross(q.transpose(1, 2), self.cross[i])
             x = x + linear(a.transpose(1, 2).reshape(n_rows * k, d), layer.cross_out,
                            reduce_range=True)  # fmt: skip
             h = F.layer_norm(x, (d,), *layer.norm_ffn)

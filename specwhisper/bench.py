@@ -40,7 +40,7 @@ import numpy as np
 import torch
 
 import specwhisper
-from specwhisper import bench_batch, compare, decoding, examples, models, schedule
+from specwhisper import bench_batch, compare, decoding, drafters, examples, models, schedule
 from specwhisper.audio import SAMPLE_RATE, AudioLimits, load_audio
 from specwhisper.compare import CompareRequest, Comparison
 from specwhisper.decoding import WINDOW_S, DecodeResult
@@ -800,6 +800,7 @@ def settings_of(
         "peer_gamma": peer[0] if peer else None,
         "peer_gamma_schedule": peer[1] if peer else None,
         "dtype": str(main.dtype).removeprefix("torch."),
+        "draft_cross_attention": drafters.cross_precision(assistant, req.engine),
         "repeats": req.repeats,
         "timing": (
             f"median of {req.repeats} after 1 warm-up, alternating order, device synced"
@@ -834,7 +835,13 @@ def print_header(
     lines = [
         f"[bold]specwhisper bench[/bold]: {settings['main']} + {settings['assistant']}, "
         f"engine {settings['engine']}{peer}",
-        f"gamma {settings['gamma']} {settings['gamma_schedule']}, {settings['dtype']}; "
+        f"gamma {settings['gamma']} {settings['gamma_schedule']}, {settings['dtype']}"
+        + (
+            f" (draft cross-attention {settings['draft_cross_attention']})"
+            if settings.get("draft_cross_attention")
+            else ""
+        )
+        + "; "
         + settings["timing"],
         f"device: {hw['device']}, {hw['n_threads']} torch threads, {hw['n_cpus']} CPUs",
         "versions: " + ", ".join(f"{k} {v}" for k, v in libs.items()),

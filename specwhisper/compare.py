@@ -156,6 +156,7 @@ class Comparison:
     decoding: str = "greedy"  # greedy | sampling | fallback (CompareRequest.decoding)
     temperature: float = 0.0
     seed: int = 0
+    draft_cross_attention: str | None = None  # drafters.cross_precision
 
     @property
     def identical(self) -> bool:
@@ -266,6 +267,7 @@ class Comparison:
             "assistant_revision": self.assistant_revision,
             "device": self.device,
             "dtype": self.dtype,
+            "draft_cross_attention": self.draft_cross_attention,
             "engine": self.engine,
             "decoding": self.decoding,
             "temperature": self.temperature,
@@ -469,6 +471,7 @@ def comparison_of(
         decoding=req.decoding,
         temperature=req.temperature,
         seed=req.seed,
+        draft_cross_attention=drafters.cross_precision(assistant, req.engine),
     )
 
 

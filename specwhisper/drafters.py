@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import copy
 import math
+import os
 import time
 import warnings
 from collections.abc import Callable
@@ -32,6 +33,7 @@ from specwhisper.models import (
     Loaded,
     ModelCache,
 )
+from specwhisper.timing import has_native_bf16
 
 # process(prefix ids, logits [1, V]) -> processed logits [1, V]: the main's logits processors
 # (warpers included when sampling) for the position after `prefix`.
@@ -187,9 +189,10 @@ class Int8SelfDrafter(_GreedyDrafter):
     fewer and cheaper tensor ops: the query, key and value projections are one int8 matmul
     (per-channel quantization is per output row, so fusing them changes nothing), the packed
     fbgemm weights are called directly, and no transformers cache objects or masks are built.
-    One difference in what it computes: it reuses the main model's fp32 cross-attention
-    keys/values (computed once per window by the main's first pass) instead of projecting the
-    encoder outputs again through int8 weights.
+    Two differences in what it computes: it reuses the main model's cross-attention keys/values
+    (computed once per window by the main's first pass) instead of projecting the encoder
+    outputs again through int8 weights, and it keeps its own copy of them in `cross_dtype()`
+    (bf16 where the CPU has bf16 instructions, else fp32).
     """
 
     def __init__(self, draft: Loaded, suppress: torch.Tensor, eos: frozenset[int]):
@@ -206,9 +209,9 @@ class Int8SelfDrafter(_GreedyDrafter):
         self.n = 0  # tokens whose K/V are in the cache
 
     def begin(self, encoder_hidden: torch.Tensor, cache: Any, features: torch.Tensor) -> None:
-        # [H, Dh, S] keys, pre-transposed once per window, and [H, S, Dh] values
-        self.cross = [
-            (layer.keys[0].float().transpose(-1, -2).contiguous(), layer.values[0].float())
+        dtype = cross_dtype()
+        self.cross = [  # once per window
+            cross_keys_values(layer.keys[0], layer.values[0], dtype)
             for layer in cache.cross_attention_cache.layers
         ]
         self.n = 0
@@ -233,7 +236,7 @@ class Int8SelfDrafter(_GreedyDrafter):
             x = x + linear(a.transpose(0, 1).reshape(t, d), layer.out, reduce_range=True)
             h = F.layer_norm(x, (d,), *layer.norm_cross)
             q = self._heads(linear(h, layer.cross_q, reduce_range=True))
-            a = _attend(q, *self.cross[i])
+            a = attend_cross(q, self.cross[i])
             x = x + linear(a.transpose(0, 1).reshape(t, d), layer.cross_out, reduce_range=True)
             h = F.layer_norm(x, (d,), *layer.norm_ffn)
             h = w.activation(linear(h, layer.fc1, reduce_range=True))
@@ -394,6 +397,54 @@ class HFDrafter(_GreedyDrafter):
         if self.n > n_valid:
             crop_cache(self.cache, n_valid)
             self.n = n_valid
+
+
+def cross_dtype() -> torch.dtype:
+    """The dtype of the lean int8 draft's own copy of the main's cross-attention keys/values.
+
+    Reading them is a third of a draft step (37 MB per token for base in fp32). In bf16 they are
+    half the bytes, and where the CPU has bf16 instructions the fused attention kernel reads them
+    at about twice the speed; without them bf16 is emulated and slower, so fp32 stays. Only the
+    draft's proposals can change: the main verifies in its own precision. SPECWHISPER_DRAFT_CROSS
+    (auto, fp32 or bf16) overrides the choice, for ablations and tests."""
+    choice = os.environ.get("SPECWHISPER_DRAFT_CROSS", "auto").lower()
+    if choice not in ("auto", "fp32", "bf16"):
+        raise ValueError(f"SPECWHISPER_DRAFT_CROSS must be auto, fp32 or bf16, not {choice!r}")
+    if choice == "auto":
+        return torch.bfloat16 if has_native_bf16() else torch.float32
+    return torch.bfloat16 if choice == "bf16" else torch.float32
+
+
+def cross_precision(assistant: Loaded, engine: str) -> str | None:
+    """What results say of the lean self-int8 draft's cross-attention copy: "float32" or
+    "bfloat16"; None where no lean draft runs (another assistant, or transformers' engine)."""
+    if assistant.checkpoint.id != SELF_INT8 or engine != "specwhisper":
+        return None
+    return str(cross_dtype()).removeprefix("torch.")
+
+
+def cross_keys_values(
+    keys: torch.Tensor, values: torch.Tensor, dtype: torch.dtype
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The draft's copy of one layer's cross-attention keys and values [..., H, S, Dh], laid out
+    for `attend_cross`: fp32 keys pre-transposed once ([..., H, Dh, S]) for `_attend`, bf16 ones
+    as they are for the fused kernel."""
+    if dtype == torch.float32:
+        return keys.float().transpose(-1, -2).contiguous(), values.float()
+    return keys.to(dtype).contiguous(), values.to(dtype).contiguous()
+
+
+def attend_cross(q: torch.Tensor, kv: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
+    """Cross-attention of fp32 queries q [..., H, T, Dh] (pre-scaled) over a `cross_keys_values`
+    copy; fp32 out."""
+    k, v = kv
+    if k.dtype == torch.float32:
+        return _attend(q, k, v)
+    flat = q.dim() == 3  # [H, T, Dh]: the fused kernel's fast path wants a batch dimension
+    if flat:
+        q, k, v = q[None], k[None], v[None]
+    a = F.scaled_dot_product_attention(q.to(k.dtype), k, v, scale=1.0).float()
+    return a[0] if flat else a
 
 
 def _attend(

@@ -157,6 +157,12 @@ def has_amx() -> bool:
     return "amx_bf16" in cpu_flags()
 
 
+def has_native_bf16() -> bool:
+    """bf16 dot-product instructions (AVX512-BF16) or AMX-BF16 tiles: where bf16 attention
+    reads half the bytes of fp32 without paying for emulated arithmetic."""
+    return bool({"avx512_bf16", "amx_bf16"} & cpu_flags())
+
+
 def cpu_features() -> str:
     """torch's vector level and the matrix units, e.g. "AVX2, no AMX" or "AVX512, AMX"."""
     vector = torch.backends.cpu.get_cpu_capability()

@@ -94,6 +94,7 @@ def test_compare_returns_the_documented_json(server):
     assert result["identical"] is True and result["first_divergence"] is None
     assert result["main"] == "tiny-random-a (local)" and result["assistant"] == "self-int8"
     assert result["device"].startswith("cpu") and result["dtype"] == "float32"
+    assert result["draft_cross_attention"] in ("float32", "bfloat16")  # the lean draft's copy
     assert result["audio_notes"] == ["Resampled from 8000 Hz to 16000 Hz."]
     assert result["decoding"] == "greedy" and result["temperature"] == 0.0
 

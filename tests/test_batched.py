@@ -155,8 +155,9 @@ def test_batch_mode_takes_windows_of_up_to_30_s(pair):
         batched.prepare_batch(main, [])
 
 
+@pytest.mark.parametrize("cross", ["fp32", "bf16"])
 @pytest.mark.parametrize("rows", [[0], [0, 1, 2]])
-def test_batched_int8_draft_computes_the_batch_of_one_draft(pair, rows, monkeypatch):
+def test_batched_int8_draft_computes_the_batch_of_one_draft(pair, rows, cross, monkeypatch):
     """The batched lean int8 draft gives each row the logits the batch-of-one lean draft gives
     it, rows at different positions and fed different numbers of tokens.
 
@@ -171,6 +172,7 @@ def test_batched_int8_draft_computes_the_batch_of_one_draft(pair, rows, monkeypa
         return torch.cat([fused(x[i : i + 1], weight, reduce_range) for i in range(len(x))])
 
     monkeypatch.setattr(drafters, "int8_linear", row_by_row)
+    monkeypatch.setenv("SPECWHISPER_DRAFT_CROSS", cross)  # both sides keep the same copy
     suppress, eos = drafters.draft_vocabulary(main)
     torch.manual_seed(0)
     states = torch.randn(3, 1500, 64)[rows]

@@ -150,13 +150,14 @@ def test_long_form_is_identical_window_by_window(loaded):
     assert spec.n_windows == base.n_windows
 
 
-def test_lean_self_int8_drafter_computes_the_draft_model(loaded):
+def test_lean_self_int8_drafter_computes_the_draft_model(loaded, monkeypatch):
     """Int8SelfDrafter (fused int8 QKV, packed weights, preallocated cache) gives the logits of
     the self-int8 WhisperForCausalLM it is built from, when both read the same cross-attention
-    keys/values (the main's) and get the same tokens in the same chunks (dynamic int8
+    keys/values (the main's, in fp32) and get the same tokens in the same chunks (dynamic int8
     quantizes each chunk's activations with one scale, so chunking changes the numbers)."""
     from transformers import DynamicCache, EncoderDecoderCache
 
+    monkeypatch.setenv("SPECWHISPER_DRAFT_CROSS", "fp32")
     main, drafts = loaded
     draft = drafts[models.SELF_INT8].model
     features = decoding.prepare_features(main, _inputs(1)[0])
@@ -197,6 +198,71 @@ def test_lean_self_int8_drafter_computes_the_draft_model(loaded):
         theirs([77, 12, 8])
         for t in (40, 2):
             torch.testing.assert_close(drafter._forward([t]), theirs([t]), rtol=1e-4, atol=1e-4)
+
+
+def _lean_logits(main, draft, cross: str, monkeypatch) -> list[torch.Tensor]:
+    """The lean int8 draft's logits for a chunk, then single tokens, a roll-back and a chunk
+    after it, with its copy of the cross-attention keys/values in `cross`."""
+    from transformers import DynamicCache, EncoderDecoderCache
+
+    monkeypatch.setenv("SPECWHISPER_DRAFT_CROSS", cross)
+    features = decoding.prepare_features(main, _inputs(1)[0])
+    with torch.inference_mode():
+        encoder = main.model.model.encoder(features.input_features).last_hidden_state
+        cache = EncoderDecoderCache(DynamicCache(), DynamicCache())
+        main.model.model.decoder(
+            input_ids=torch.tensor([[5]]), encoder_hidden_states=encoder, past_key_values=cache
+        )
+        drafter = drafters.make_drafter(draft, main)
+        drafter.begin(encoder, cache, features.input_features)
+        logits = [drafter._forward([5, 17, 42, 99])]
+        logits += [drafter._forward([t]) for t in (7, 256, 31)]
+        drafter.accept(5)
+        return [*logits, drafter._forward([77, 12, 8]), drafter._forward([40])]
+
+
+def test_bf16_cross_attention_copy_stays_close_to_fp32(loaded, monkeypatch):
+    """The lean draft's bf16 copy of the cross-attention keys/values (fused attention kernel)
+    against its fp32 copy, on the same chunks: the logits agree within 5% of their range (a
+    bf16 rounding that moves an activation also moves the dynamic int8 scale of the next
+    matmul, so the difference grows layer by layer). A random model's near-ties can then pick
+    another token: only the draft's proposals can change (its acceptance on real speech is in
+    BENCHMARKS), and the identity test below shows the main still decides every token."""
+    main, drafts = loaded
+    fp32 = _lean_logits(main, drafts[models.SELF_INT8], "fp32", monkeypatch)
+    bf16 = _lean_logits(main, drafts[models.SELF_INT8], "bf16", monkeypatch)
+    for ours, exact in zip(bf16, fp32, strict=True):
+        spread = float(exact.max() - exact.min())
+        torch.testing.assert_close(ours, exact, rtol=0.0, atol=0.05 * spread)
+
+
+def test_speculative_with_a_bf16_cross_copy_equals_baseline(loaded, monkeypatch):
+    """Token identity with the bf16 cross-attention copy in the self-int8 draft, forced on
+    whatever CPU runs the test (where bf16 is emulated it is slower, not different)."""
+    monkeypatch.setenv("SPECWHISPER_DRAFT_CROSS", "bf16")
+    main, drafts = loaded
+    opts = DecodeOptions(language="en", task="transcribe", gamma=4, max_new_tokens=40)
+    n_accepted = 0
+    for i, samples in enumerate(_inputs(N_INPUTS)):
+        features = decoding.prepare_features(main, samples)
+        base = decoding.decode_baseline(main, features, opts)
+        spec = decoding.decode_speculative(main, drafts[models.SELF_INT8], features, opts)
+        assert spec.token_ids == base.token_ids, f"input {i}"
+        n_accepted += spec.n_accepted
+    assert n_accepted > 0
+
+
+def test_cross_dtype_follows_the_cpu_and_the_override(monkeypatch):
+    monkeypatch.delenv("SPECWHISPER_DRAFT_CROSS", raising=False)
+    monkeypatch.setattr(drafters, "has_native_bf16", lambda: True)
+    assert drafters.cross_dtype() == torch.bfloat16
+    monkeypatch.setattr(drafters, "has_native_bf16", lambda: False)
+    assert drafters.cross_dtype() == torch.float32  # emulated bf16 would be slower
+    monkeypatch.setenv("SPECWHISPER_DRAFT_CROSS", "bf16")
+    assert drafters.cross_dtype() == torch.bfloat16
+    monkeypatch.setenv("SPECWHISPER_DRAFT_CROSS", "fp16")
+    with pytest.raises(ValueError, match="auto, fp32 or bf16"):
+        drafters.cross_dtype()
 
 
 def test_gamma_schedule_stops_drafting_when_it_does_not_pay():
