@@ -404,9 +404,10 @@ def cross_dtype() -> torch.dtype:
 
     Reading them is a third of a draft step (37 MB per token for base in fp32). In bf16 they are
     half the bytes, and where the CPU has bf16 instructions the fused attention kernel reads them
-    at about twice the speed; without them bf16 is emulated and slower, so fp32 stays. Only the
-    draft's proposals can change: the main verifies in its own precision. SPECWHISPER_DRAFT_CROSS
-    (auto, fp32 or bf16) overrides the choice, for ablations and tests."""
+    at about twice the speed; without them fp32 stays (on an AVX2 CPU a bf16 attention product
+    measured about 3x slower than fp32: BENCHMARKS). Only the draft's proposals can change: the
+    main verifies in its own precision. SPECWHISPER_DRAFT_CROSS (auto, fp32 or bf16) overrides
+    the choice, for ablations and tests."""
     choice = os.environ.get("SPECWHISPER_DRAFT_CROSS", "auto").lower()
     if choice not in ("auto", "fp32", "bf16"):
         raise ValueError(f"SPECWHISPER_DRAFT_CROSS must be auto, fp32 or bf16, not {choice!r}")
@@ -435,8 +436,9 @@ def cross_keys_values(
 
 
 def attend_cross(q: torch.Tensor, kv: tuple[torch.Tensor, torch.Tensor]) -> torch.Tensor:
-    """Cross-attention of fp32 queries q [..., H, T, Dh] (pre-scaled) over a `cross_keys_values`
-    copy; fp32 out."""
+    """Cross-attention of queries q [..., H, T, Dh] (pre-scaled, fp32) over a `cross_keys_values`
+    copy. With a bf16 copy the whole product runs in bf16 (queries cast, output rounded to bf16)
+    and comes back as an fp32 tensor."""
     k, v = kv
     if k.dtype == torch.float32:
         return _attend(q, k, v)

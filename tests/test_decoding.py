@@ -221,19 +221,38 @@ def _lean_logits(main, draft, cross: str, monkeypatch) -> list[torch.Tensor]:
         return [*logits, drafter._forward([77, 12, 8]), drafter._forward([40])]
 
 
+@pytest.mark.parametrize("shape", [(6, 3, 16), (2, 6, 3, 16)])  # [H, T, Dh] and [B, H, T, Dh]
+def test_bf16_cross_attention_kernel_matches_the_fp32_product(shape):
+    """attend_cross over a bf16 copy (the fused kernel, queries pre-scaled so scale 1) against
+    the fp32 path (_attend over pre-transposed keys), for the batch-of-one and batched layouts:
+    equal within bf16 rounding, about 1% of the output's range."""
+    torch.manual_seed(0)
+    *lead, t, dh = shape
+    q = torch.randn(*lead, t, dh) / math.sqrt(dh)
+    keys, values = torch.randn(*lead, 300, dh), torch.randn(*lead, 300, dh)
+    exact = drafters.attend_cross(q, drafters.cross_keys_values(keys, values, torch.float32))
+    torch.testing.assert_close(exact, (q @ keys.transpose(-1, -2)).softmax(-1) @ values)
+    ours = drafters.attend_cross(q, drafters.cross_keys_values(keys, values, torch.bfloat16))
+    assert ours.dtype == torch.float32 and ours.shape == exact.shape
+    spread = float(exact.max() - exact.min())
+    torch.testing.assert_close(ours, exact, rtol=0.0, atol=0.01 * spread)
+
+
 def test_bf16_cross_attention_copy_stays_close_to_fp32(loaded, monkeypatch):
-    """The lean draft's bf16 copy of the cross-attention keys/values (fused attention kernel)
-    against its fp32 copy, on the same chunks: the logits agree within 5% of their range (a
-    bf16 rounding that moves an activation also moves the dynamic int8 scale of the next
-    matmul, so the difference grows layer by layer). A random model's near-ties can then pick
-    another token: only the draft's proposals can change (its acceptance on real speech is in
-    BENCHMARKS), and the identity test below shows the main still decides every token."""
+    """The lean draft's bf16 copy of the cross-attention keys/values against its fp32 copy, on
+    the same chunks: a sanity bound, the logits within 15% of their range. The difference grows
+    layer by layer (a bf16 rounding that moves an activation also moves the dynamic int8 scale
+    of the next matmul) and with the CPU's kernels (4% on AVX-512 and AVX2, 7.5% on torch's
+    plain C++ path), so the kernel itself is checked tightly in the test above. A random
+    model's near-ties can then pick another token: only the draft's proposals can change (its
+    acceptance on real speech is in BENCHMARKS), and the identity test below shows the main
+    still decides every token."""
     main, drafts = loaded
     fp32 = _lean_logits(main, drafts[models.SELF_INT8], "fp32", monkeypatch)
     bf16 = _lean_logits(main, drafts[models.SELF_INT8], "bf16", monkeypatch)
     for ours, exact in zip(bf16, fp32, strict=True):
         spread = float(exact.max() - exact.min())
-        torch.testing.assert_close(ours, exact, rtol=0.0, atol=0.05 * spread)
+        torch.testing.assert_close(ours, exact, rtol=0.0, atol=0.15 * spread)
 
 
 def test_speculative_with_a_bf16_cross_copy_equals_baseline(loaded, monkeypatch):
