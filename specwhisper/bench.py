@@ -645,6 +645,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "dynamic drafting (confidence threshold 0.4)",
     )
     parser.add_argument("--dtype", default="auto", help="auto (fp16 on GPU, fp32 on CPU), ...")
+    parser.add_argument(
+        "--encoder-dtype",
+        default="auto",
+        help="the main's encoder: auto (bf16 on a CPU with AMX under an fp32 decoder, else the "
+        "same as --dtype), same, float32 or bfloat16",
+    )
     parser.add_argument("--timestamps", action="store_true", help="segment timestamps")
     parser.add_argument(
         "--temperature",
@@ -719,6 +725,7 @@ def request(args: argparse.Namespace) -> CompareRequest:
         gamma_schedule=args.gamma_schedule,
         repeats=args.repeats,
         dtype=args.dtype,
+        encoder_dtype=args.encoder_dtype,
         timestamps=args.timestamps,
         engine=args.engine,
         temperature=args.temperature,
@@ -800,6 +807,7 @@ def settings_of(
         "peer_gamma": peer[0] if peer else None,
         "peer_gamma_schedule": peer[1] if peer else None,
         "dtype": str(main.dtype).removeprefix("torch."),
+        "encoder_dtype": str(main.encoder_precision).removeprefix("torch."),
         "draft_cross_attention": drafters.cross_precision(assistant, req.engine),
         "repeats": req.repeats,
         "timing": (
@@ -836,6 +844,7 @@ def print_header(
         f"[bold]specwhisper bench[/bold]: {settings['main']} + {settings['assistant']}, "
         f"engine {settings['engine']}{peer}",
         f"gamma {settings['gamma']} {settings['gamma_schedule']}, {settings['dtype']}"
+        + f" (encoder {settings['encoder_dtype']})"
         + (
             f" (draft cross-attention {settings['draft_cross_attention']})"
             if settings.get("draft_cross_attention")

@@ -45,6 +45,7 @@ class CompareRequest:
     gamma_schedule: str = "adaptive"  # adaptive | constant | heuristic
     repeats: int = 3  # timed repeats per side, after one warm-up
     dtype: str = "auto"  # auto: fp16 on GPU, fp32 on CPU
+    encoder_dtype: str = "auto"  # auto: bf16 on a CPU with AMX under an fp32 decoder, else same
     timestamps: bool = False  # segment timestamps in both columns
     engine: str = "specwhisper"  # specwhisper (our loop) | transformers (assisted generation)
     temperature: float = 0.0  # 0: greedy (identical tokens); > 0: sampling (same distribution)
@@ -128,6 +129,8 @@ def check_request(req: CompareRequest) -> tuple[models.Checkpoint, str | models.
         raise CompareError(problem)
     if not 1 <= req.repeats <= 20:
         raise CompareError("Repeats must be between 1 and 20.")
+    device = models.default_device()  # unknown precisions are refused before anything loads
+    models.resolve_encoder_dtype(req.encoder_dtype, device, models.resolve_dtype(req.dtype, device))
     return main, assistant
 
 
@@ -157,6 +160,26 @@ class Comparison:
     temperature: float = 0.0
     seed: int = 0
     draft_cross_attention: str | None = None  # drafters.cross_precision
+    assistant_dtype: str = ""  # the assistant's weights ("" read as `dtype`)
+    encoder_dtype: str = ""  # the main's encoder (both columns share it); "" read as `dtype`
+
+    @property
+    def precision(self) -> dict[str, str]:
+        """What each part ran in: the main's encoder (shared by both columns), its decoder (the
+        baseline's steps and the speculative verify passes) and the draft."""
+        return {
+            "encoder": self.encoder_dtype or self.dtype,
+            "decoder": self.dtype,
+            "draft": self.draft_precision,
+        }
+
+    @property
+    def draft_precision(self) -> str:
+        if self.draft_cross_attention:  # the lean self-int8 draft of our engine
+            return f"int8 weights, {self.draft_cross_attention} cross-attention keys/values"
+        if self.assistant.startswith(models.SELF_INT8):
+            return "int8 weights"
+        return self.assistant_dtype or self.dtype
 
     @property
     def identical(self) -> bool:
@@ -267,6 +290,8 @@ class Comparison:
             "assistant_revision": self.assistant_revision,
             "device": self.device,
             "dtype": self.dtype,
+            "encoder_dtype": self.precision["encoder"],
+            "precision": self.precision,
             "draft_cross_attention": self.draft_cross_attention,
             "engine": self.engine,
             "decoding": self.decoding,
@@ -292,16 +317,17 @@ def load_pair(
     main_ckpt, assistant_ckpt = check_request(req)
     device = models.default_device()
     dtype = models.resolve_dtype(req.dtype, device)
+    encoder_dtype = models.resolve_encoder_dtype(req.encoder_dtype, device, dtype)
     if progress:
         progress(0.0, f"Loading {main_ckpt.label}")
     before = cache.total_load_s
-    main = cache.get(main_ckpt, device, dtype)
+    main = cache.get(main_ckpt, device, dtype, encoder_dtype)
     if progress:
         progress(0.1, f"Loading assistant {req.assistant}")
     if isinstance(assistant_ckpt, str):
         assistant = drafters.self_int8(main, cache)
-    else:
-        assistant = cache.get(assistant_ckpt, device, dtype)
+    else:  # a seq2seq assistant's own encoder runs in the same precision as the main's
+        assistant = cache.get(assistant_ckpt, device, dtype, encoder_dtype)
     return main, assistant, cache.total_load_s - before
 
 
@@ -457,7 +483,7 @@ def comparison_of(
         main=main.checkpoint.label,
         assistant=assistant.checkpoint.label,
         device=device_name(main.device),
-        dtype=str(main.dtype).removeprefix("torch."),
+        dtype=_name(main.dtype),
         engine=req.engine,
         repeats=req.repeats,
         gamma=req.gamma,
@@ -472,7 +498,21 @@ def comparison_of(
         temperature=req.temperature,
         seed=req.seed,
         draft_cross_attention=drafters.cross_precision(assistant, req.engine),
+        assistant_dtype=_precision_of(assistant),
+        encoder_dtype=_name(main.encoder_precision),
     )
+
+
+def _name(dtype: torch.dtype | None) -> str:
+    return str(dtype).removeprefix("torch.") if dtype is not None else ""
+
+
+def _precision_of(loaded: models.Loaded) -> str:
+    """A loaded assistant's weights, with its own encoder's where that differs."""
+    encoder = loaded.encoder_precision
+    if encoder is None or encoder == loaded.dtype:
+        return _name(loaded.dtype)
+    return f"{_name(loaded.dtype)}, encoder {_name(encoder)}"
 
 
 def leviathan_speedup(alpha: float, gamma: float, c: float) -> float:

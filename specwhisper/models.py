@@ -27,6 +27,8 @@ from typing import Any
 
 import torch
 
+from specwhisper.timing import has_amx
+
 SELF_INT8 = "self-int8"
 SELF_INT8_CPU_ONLY = (
     "self-int8 drafts run on the CPU only; on GPU pick a distil or smaller assistant."
@@ -452,15 +454,68 @@ def default_device() -> torch.device:
     return torch.device("cuda") if torch.cuda.is_available() else torch.device("cpu")
 
 
+_DTYPES = {"float32": torch.float32, "fp32": torch.float32, "float16": torch.float16}
+_DTYPES |= {"fp16": torch.float16, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16}
+
+
 def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
     """'auto' means fp16 on GPU and fp32 on CPU (CPU half precision is slow and lossy)."""
-    table = {"float32": torch.float32, "fp32": torch.float32, "float16": torch.float16}
-    table |= {"fp16": torch.float16, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16}
     if dtype in (None, "", "auto"):
         return torch.float16 if device.type == "cuda" else torch.float32
-    if dtype not in table:
+    if dtype not in _DTYPES:
         raise CheckpointError(f"Unknown dtype '{dtype}'; use auto, float32, float16 or bfloat16.")
-    return table[dtype]
+    return _DTYPES[dtype]
+
+
+def resolve_encoder_dtype(choice: str, device: torch.device, dtype: torch.dtype) -> torch.dtype:
+    """The encoder's dtype for a model run in `dtype`: 'auto' and 'same' are the model's own
+    dtype; 'bfloat16' (or another dtype) runs the encoder alone in it (`set_encoder_dtype`).
+
+    The decoder keeps `dtype`, so both columns share one encoder output and the speculative
+    column still verifies in fp32: tokens stay identical by construction. Where the CPU has
+    AMX-BF16 tiles (`bf16_encoder_pays`) a bf16 encoder is about 3x faster, but it is not the
+    'auto' choice: over the 96 shared clips it changed 5 of whisper-base's transcripts (2 for
+    the worse, none for the better; WER 11.60% -> 11.79%: BENCHMARKS), and issue 12 asked for
+    no change in quality before it becomes the default."""
+    if choice in (None, "", "auto", "same"):
+        return dtype
+    if choice not in _DTYPES:
+        raise CheckpointError(
+            f"Unknown encoder precision '{choice}'; use auto, same, float32, float16 or bfloat16."
+        )
+    return _DTYPES[choice]
+
+
+def bf16_encoder_pays(device: torch.device) -> bool:
+    """Whether a bf16 encoder is faster here: a CPU with AMX-BF16 tiles (base's encoder 0.10 s
+    against 0.32 s in fp32 per 30 s window). Without AMX it is slower (0.62x measured on an
+    AVX-512 Xeon with avx512_bf16), and on a GPU the whole model runs in half precision."""
+    return device.type == "cpu" and has_amx()
+
+
+def set_encoder_dtype(model: torch.nn.Module, encoder_dtype: torch.dtype) -> None:
+    """Run a Whisper model's encoder in `encoder_dtype` and hand its output to the decoder in the
+    decoder's dtype: features are cast on the way in, hidden states on the way out, so callers
+    (generate, our loops, transformers' assisted generation) see an ordinary model."""
+    encoder = model.get_encoder()
+    decoder_dtype = next(p.dtype for p in model.get_decoder().parameters())
+    encoder.to(encoder_dtype)
+
+    def cast_in(module: torch.nn.Module, args: tuple, kwargs: dict) -> tuple:
+        if args:
+            args = (args[0].to(encoder_dtype), *args[1:])
+        elif kwargs.get("input_features") is not None:
+            kwargs["input_features"] = kwargs["input_features"].to(encoder_dtype)
+        return args, kwargs
+
+    def cast_out(module: torch.nn.Module, args: tuple, kwargs: dict, output: Any) -> Any:
+        if isinstance(output, tuple):
+            return (output[0].to(decoder_dtype), *output[1:])
+        output.last_hidden_state = output.last_hidden_state.to(decoder_dtype)
+        return output
+
+    encoder.register_forward_pre_hook(cast_in, with_kwargs=True)
+    encoder.register_forward_hook(cast_out, with_kwargs=True)
 
 
 @dataclass
@@ -472,8 +527,14 @@ class Loaded:
     processor: Any | None
     load_time_s: float
     device: torch.device
-    dtype: torch.dtype
+    dtype: torch.dtype  # the decoder's (and the encoder's, unless encoder_dtype says otherwise)
     revision: str | None = None  # Hub commit hash of the snapshot loaded; None for local folders
+    encoder_dtype: torch.dtype | None = None  # the encoder's where it differs; None: `dtype`
+
+    @property
+    def encoder_precision(self) -> torch.dtype | None:
+        """What the encoder runs in; None for a decoder-only assistant, which has none."""
+        return None if self.checkpoint.decoder_only else self.encoder_dtype or self.dtype
 
 
 def _locate(ckpt: Checkpoint) -> tuple[str, str | None]:
@@ -504,9 +565,15 @@ def _device_map_loading(device: torch.device) -> bool:
     return device.type == "cuda" and not zero_gpu
 
 
-def _load_model(ckpt: Checkpoint, device: torch.device, dtype: torch.dtype) -> Loaded:
-    """from_pretrained, safetensors only. Raises whatever loading raises (ModelCache.get words
-    it and empties the cache), or CheckpointError before loading starts."""
+def _load_model(
+    ckpt: Checkpoint,
+    device: torch.device,
+    dtype: torch.dtype,
+    encoder_dtype: torch.dtype | None = None,
+) -> Loaded:
+    """from_pretrained, safetensors only, the encoder then cast to `encoder_dtype` where that
+    differs. Raises whatever loading raises (ModelCache.get words it and empties the cache), or
+    CheckpointError before loading starts."""
     from transformers import WhisperForCausalLM, WhisperForConditionalGeneration, WhisperProcessor
 
     source, revision = _locate(ckpt)
@@ -521,6 +588,10 @@ def _load_model(ckpt: Checkpoint, device: torch.device, dtype: torch.dtype) -> L
     if "device_map" not in kwargs:
         model = model.to(device)
     model.eval()
+    if ckpt.decoder_only or encoder_dtype == dtype:
+        encoder_dtype = None
+    if encoder_dtype is not None:
+        set_encoder_dtype(model, encoder_dtype)
     processor = None
     if not ckpt.decoder_only:
         extra = {"cache_dir": kwargs["cache_dir"]} if "cache_dir" in kwargs else {}
@@ -529,7 +600,7 @@ def _load_model(ckpt: Checkpoint, device: torch.device, dtype: torch.dtype) -> L
         snapshot = cached_snapshot(ckpt.id)
         revision = snapshot.revision if snapshot is not None else None
     load_s = time.perf_counter() - start
-    return Loaded(ckpt, model, processor, load_s, device, dtype, revision)
+    return Loaded(ckpt, model, processor, load_s, device, dtype, revision, encoder_dtype)
 
 
 def _load_failure(what: str, hub: bool, device: torch.device, dtype: torch.dtype, e: Exception):
@@ -552,8 +623,8 @@ def _load_failure(what: str, hub: bool, device: torch.device, dtype: torch.dtype
 class ModelCache:
     """A small LRU of loaded checkpoints, so a request never reloads what an earlier one loaded.
 
-    Keys are (id, folder, device, dtype); a derived model (the self-int8 draft) is keyed by
-    its main's. A failed
+    Keys are (id, folder, device, dtype, encoder dtype); a derived model (the self-int8 draft,
+    which has no encoder) is keyed by its main's id, device and dtype. A failed
     load (out of memory or anything else) empties the whole cache, so the memory a half-loaded
     model or its neighbours held is free for the next request, and raises CheckpointError with
     one sentence. Problems found before loading (unknown id, the Hub offline) leave it alone.
@@ -565,8 +636,16 @@ class ModelCache:
         self._lock = threading.RLock()
         self.total_load_s = 0.0  # seconds spent loading since start, for per-request load times
 
-    def get(self, ckpt: Checkpoint, device: torch.device, dtype: torch.dtype) -> Loaded:
-        key = (ckpt.id, str(ckpt.path), str(device), str(dtype))
+    def get(
+        self,
+        ckpt: Checkpoint,
+        device: torch.device,
+        dtype: torch.dtype,
+        encoder_dtype: torch.dtype | None = None,
+    ) -> Loaded:
+        if ckpt.decoder_only or encoder_dtype == dtype:
+            encoder_dtype = None  # one model, whatever the request said of an encoder it lacks
+        key = (ckpt.id, str(ckpt.path), str(device), str(dtype), str(encoder_dtype))
         with self._lock:
             if key in self._items:
                 self._items.move_to_end(key)
@@ -574,7 +653,8 @@ class ModelCache:
             _locate(ckpt)  # refusals worded before anything loads keep the cache
             where = "folder" if ckpt.path is not None else "Hub checkpoint"
             what, hub = f"the {where} '{ckpt.label}'", ckpt.path is None
-            loaded = self._load(what, hub, device, dtype, lambda: _load_model(ckpt, device, dtype))
+            load = lambda: _load_model(ckpt, device, dtype, encoder_dtype)  # noqa: E731
+            loaded = self._load(what, hub, device, dtype, load)
             self._put(key, loaded)
             return loaded
 

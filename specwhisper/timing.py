@@ -8,6 +8,7 @@ in tests.
 from __future__ import annotations
 
 import contextlib
+import functools
 import platform
 import statistics
 import time
@@ -169,6 +170,7 @@ def cpu_features() -> str:
     return f"{vector}, {'AMX' if has_amx() else 'no AMX'}"
 
 
+@functools.cache  # read once per process: the drafter asks at every 30 s window
 def _cpuinfo() -> list[str]:
     try:
         return Path("/proc/cpuinfo").read_text().splitlines()

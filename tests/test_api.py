@@ -36,7 +36,7 @@ MAX_FILE_MB = 1  # and its upload limit
 PARAMETERS = [
     "audio", "language", "task", "main", "assistant",
     "gamma", "gamma_schedule", "repeats", "dtype", "timestamps", "engine",
-    "temperature", "seed", "fallback",  # new and optional: older callers keep working
+    "temperature", "seed", "fallback", "encoder_dtype",  # new and optional: older callers work
 ]  # fmt: skip
 
 

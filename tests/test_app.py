@@ -472,9 +472,36 @@ def test_agents_get_compare_as_an_mcp_tool(tiny_app):
     assert list(properties) == [
         "audio", "language", "task", "main", "assistant",
         "gamma", "gamma_schedule", "repeats", "dtype", "timestamps", "engine",
-        "temperature", "seed", "fallback",
+        "temperature", "seed", "fallback", "encoder_dtype",
     ]  # fmt: skip
     assert "self-int8" in properties["assistant"]["description"]  # each one is described
+
+
+def test_a_bf16_encoder_through_the_page(tiny_app):
+    """The encoder-precision field reaches the model; the page, the table, the JSON and the
+    snippet say what each part ran in, and the columns stay token for token."""
+    common = dict(language="en", task="transcribe", main="tiny-random-a", repeats=1)
+    common |= dict(assistant="tiny-random-b")
+    result = app.run_compare(str(JFK), encoder_dtype="bfloat16", **common)
+    assert result["identical"] and result["dtype"] == "float32"
+    assert result["precision"] == {
+        "encoder": "bfloat16", "decoder": "float32", "draft": "float32, encoder bfloat16",
+    }  # fmt: skip
+    verdict = app.render_verdict(result, {})
+    assert "encoder bfloat16, decoder float32" in verdict
+    assert "The encoder ran in bfloat16 for both columns" in verdict
+    assert "| float32 (encoder bfloat16) |" in app.markdown_table(result)
+    req = CompareRequest(main="tiny-random-a", assistant="tiny-random-b", encoder_dtype="bfloat16")
+    snippet = app.reproduce_snippet(result, req)
+    assert "encoder_dtype = torch.bfloat16" in snippet
+    assert "set_encoder_dtype(main, encoder_dtype)" in snippet
+    assert "set_encoder_dtype(assistant, encoder_dtype)" in snippet
+    plain = app.run_compare(str(JFK), **common)
+    assert plain["encoder_dtype"] == "float32"  # auto keeps the model's dtype
+    assert "The encoder ran in" not in app.render_verdict(plain, {})
+    assert "encoder_dtype" not in app.reproduce_snippet(plain, req)
+    with pytest.raises(gr.Error, match="Unknown encoder precision 'int4'"):
+        app.run_compare(str(JFK), encoder_dtype="int4", **common)
 
 
 def test_json_download_keeps_only_the_newest_files():
