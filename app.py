@@ -661,7 +661,7 @@ def render_verdict(result: Mapping[str, Any], pieces: Mapping[int, str]) -> str:
         ]
     )
     notes = "".join(f"<li>{html.escape(n)}</li>" for n in result.get("audio_notes", []))
-    precision = precision_note(result["dtype"], result.get("encoder_dtype"))
+    precision = precision_note(result["dtype"], _encoder_of(result))
     return (
         '<div style="padding: 12px 0">'
         f'<div style="font-size: 1.05em; margin-bottom: 10px">{same}</div>'
@@ -700,20 +700,30 @@ def decoding_line(result: Mapping[str, Any]) -> str:
 
 def encoder_info() -> str:
     """The encoder-precision field's help, for the hardware the page runs on."""
-    where = (
-        "This CPU has AMX tiles: in bfloat16 the encoder runs about 3x faster."
-        if models.bf16_encoder_pays(models.default_device())
-        else "Without AMX tiles (as here) bfloat16 makes the encoder slower."
-    )
+    device = models.default_device()
+    if device.type == "cuda":
+        where = "On this GPU auto runs the whole model in float16 already."
+    elif models.bf16_encoder_pays(device):
+        where = "This CPU has AMX tiles: in bfloat16 the encoder runs about 3x faster."
+    else:
+        where = "Without AMX tiles (as here) bfloat16 makes the encoder slower."
     return (
         f"The encoder alone; the decoder stays in dtype, so the columns stay token for token. "
         f"{where} It changed 5 of 96 test transcripts against float32, so auto keeps dtype."
     )
 
 
+def _encoder_of(result: Mapping[str, Any]) -> str:
+    """The main's encoder precision (results made before it was recorded: `dtype`)."""
+    return result.get("encoder_dtype") or result["dtype"]
+
+
 def precision_line(result: Mapping[str, Any]) -> str:
-    """What each part ran in, e.g. "encoder bfloat16, decoder float32, draft int8 weights"."""
-    parts = result.get("precision") or {"decoder": result["dtype"]}
+    """What each part ran in, e.g. "encoder bfloat16, decoder float32, draft int8 weights"; the
+    plain dtype where the main is all one precision and no int8 draft ran."""
+    parts = result.get("precision")
+    if not parts or set(parts.values()) == {result["dtype"]}:
+        return result["dtype"]
     return ", ".join(f"{part} {dtype}" for part, dtype in parts.items())
 
 
@@ -888,7 +898,7 @@ def reproduce_snippet(result: Mapping[str, Any], req: CompareRequest) -> str:
     something of specwhisper's (our loop, the self-int8 assistant), it is named with its import."""
     main = models.resolve(result["main"], role="main")
     device = "cuda" if result["device"].startswith("cuda") else "cpu"
-    encoder = result.get("encoder_dtype") or result["dtype"]
+    encoder = _encoder_of(result)
     mixed = encoder != result["dtype"]
     head = [
         "import librosa",
@@ -930,7 +940,7 @@ def reproduce_snippet(result: Mapping[str, Any], req: CompareRequest) -> str:
             if mixed and not assistant.decoder_only:  # its own encoder, like the main's
                 body.append("set_encoder_dtype(assistant, encoder_dtype)")
     needs = "torch, transformers and librosa"
-    if result["assistant"] == models.SELF_INT8:
+    if result["assistant"] == models.SELF_INT8 or mixed:
         needs += ", and this repository's specwhisper package"
     lines = [
         f"# The speculative run above, outside the Space; needs {needs}.",
@@ -1066,7 +1076,7 @@ def markdown_table(result: Mapping[str, Any]) -> str:
         result["assistant"],
         result["device"],
         result["dtype"]
-        + (f" (encoder {enc})" if (enc := result.get("encoder_dtype")) != result["dtype"] else ""),
+        + (f" (encoder {enc})" if (enc := _encoder_of(result)) != result["dtype"] else ""),
         f"{result['baseline']['time_s']:.3f} s",
         f"{spec['time_s']:.3f} s",
         f"{result['speedup']:.2f}×",

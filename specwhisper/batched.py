@@ -193,11 +193,11 @@ class BatchDrafter(_BatchProposer):
     ):
         model = draft.model
         if draft.checkpoint.decoder_only:
-            states = encoder_hidden.to(draft.device, model.dtype)
-        else:
+            states = encoder_hidden.to(draft.device, draft.dtype)
+        else:  # draft.dtype, not model.dtype: with a bf16 encoder that reads bf16
             with torch.inference_mode():
                 encoder = model.get_encoder()
-                states = encoder(features.to(draft.device, model.dtype)).last_hidden_state
+                states = encoder(features.to(draft.device, draft.dtype)).last_hidden_state
         self.project = model.proj_out
         self.suppress, self.eos = suppress.to(draft.device), eos
         self.ragged = RaggedDecoder(

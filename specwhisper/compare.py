@@ -45,7 +45,7 @@ class CompareRequest:
     gamma_schedule: str = "adaptive"  # adaptive | constant | heuristic
     repeats: int = 3  # timed repeats per side, after one warm-up
     dtype: str = "auto"  # auto: fp16 on GPU, fp32 on CPU
-    encoder_dtype: str = "auto"  # auto: bf16 on a CPU with AMX under an fp32 decoder, else same
+    encoder_dtype: str = "auto"  # the main's encoder: auto (= dtype) or bfloat16 (AMX CPUs)
     timestamps: bool = False  # segment timestamps in both columns
     engine: str = "specwhisper"  # specwhisper (our loop) | transformers (assisted generation)
     temperature: float = 0.0  # 0: greedy (identical tokens); > 0: sampling (same distribution)

@@ -354,7 +354,8 @@ class HFDrafter(_GreedyDrafter):
         self.eos = eos
         self.decoder_only = draft.checkpoint.decoder_only
         self.suppress = suppress.to(draft.device)
-        self.device = draft.device
+        self.device, self.dtype = draft.device, draft.dtype  # (a bf16 encoder makes
+        # transformers' model.dtype read bf16; the encoder's hook casts its input itself)
         self.max_len = draft.model.config.max_target_positions
         self.n = 0
         self.cache: Any = None
@@ -364,12 +365,12 @@ class HFDrafter(_GreedyDrafter):
         from transformers import DynamicCache, EncoderDecoderCache
 
         if self.decoder_only:
-            self.encoder_hidden = encoder_hidden.to(self.model.dtype)
+            self.encoder_hidden = encoder_hidden.to(self.dtype)
             self.cache = DynamicCache()
         else:
             with torch.inference_mode():
                 encoder = self.model.get_encoder()
-                self.encoder_hidden = encoder(features.to(self.model.dtype)).last_hidden_state
+                self.encoder_hidden = encoder(features.to(self.dtype)).last_hidden_state
             self.cache = EncoderDecoderCache(DynamicCache(), DynamicCache())
         self.n = 0
 

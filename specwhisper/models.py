@@ -487,16 +487,20 @@ def resolve_encoder_dtype(choice: str, device: torch.device, dtype: torch.dtype)
 
 
 def bf16_encoder_pays(device: torch.device) -> bool:
-    """Whether a bf16 encoder is faster here: a CPU with AMX-BF16 tiles (base's encoder 0.10 s
-    against 0.32 s in fp32 per 30 s window). Without AMX it is slower (0.62x measured on an
-    AVX-512 Xeon with avx512_bf16), and on a GPU the whole model runs in half precision."""
+    """Whether a bf16 encoder is faster here: a CPU with AMX-BF16 tiles (base's encoder 0.18 s
+    against 0.59 s in fp32 per 30 s window, one thread: BENCHMARKS). Without AMX it is slower
+    (0.62x measured on an AVX-512 Xeon with avx512_bf16), and on a GPU the whole model runs in
+    half precision."""
     return device.type == "cpu" and has_amx()
 
 
 def set_encoder_dtype(model: torch.nn.Module, encoder_dtype: torch.dtype) -> None:
     """Run a Whisper model's encoder in `encoder_dtype` and hand its output to the decoder in the
-    decoder's dtype: features are cast on the way in, hidden states on the way out, so callers
-    (generate, our loops, transformers' assisted generation) see an ordinary model."""
+    decoder's dtype: features are cast on the way in, the last hidden states on the way out, so
+    callers (generate, our loops, transformers' assisted generation) see an ordinary model.
+    Asked for, the encoder's per-layer hidden states and attentions stay in `encoder_dtype`.
+    transformers' `model.dtype` (its first parameter's) then reads `encoder_dtype`: callers read
+    `Loaded.dtype` instead."""
     encoder = model.get_encoder()
     decoder_dtype = next(p.dtype for p in model.get_decoder().parameters())
     encoder.to(encoder_dtype)
@@ -588,9 +592,7 @@ def _load_model(
     if "device_map" not in kwargs:
         model = model.to(device)
     model.eval()
-    if ckpt.decoder_only or encoder_dtype == dtype:
-        encoder_dtype = None
-    if encoder_dtype is not None:
+    if encoder_dtype is not None:  # ModelCache.get passes None where nothing would change
         set_encoder_dtype(model, encoder_dtype)
     processor = None
     if not ckpt.decoder_only:

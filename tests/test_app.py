@@ -306,6 +306,7 @@ def test_markdown_table_for_bloggers():
     assert lines[2].count(" | ") == lines[0].count(" | ")  # the pipe in a name is escaped
     assert "a\\|b" in lines[2] and "2.000 s" in lines[2] and "1.000 s" in lines[2]
     assert "| 2.00× | 66.7% | yes |" in lines[2]
+    assert "| float32 |" in lines[2]  # no encoder note where the main is all one precision
     assert "Median of 3 after warm-up" in table
 
 

@@ -100,6 +100,28 @@ def test_speculative_equals_baseline_with_a_bf16_encoder(pair, tiny_models, engi
         assert spec.token_ids == base.token_ids, f"seed {seed}"
 
 
+def test_long_audio_and_language_detection_with_a_bf16_encoder(tiny_models, use_models):
+    """Long-form windows and language detection call the encoder on their own paths."""
+    use_models(tiny_models)
+    req = CompareRequest(
+        main="tiny-random-a", assistant=models.SELF_INT8, language="auto", repeats=1,
+        encoder_dtype="bfloat16",
+    )  # fmt: skip
+    result = compare.compare(_noise(70, 5), req)  # 70 s: 3 windows
+    assert result.identical and result.baseline.n_windows >= 2
+    assert result.precision["encoder"] == "bfloat16"
+
+
+def test_the_encoder_hook_takes_tuple_outputs(pair):
+    _, _, mixed = pair
+    features = torch.randn(1, 80, 3000)
+    with torch.inference_mode():
+        as_tuple = mixed.model.get_encoder()(features, return_dict=False)
+        as_output = mixed.model.get_encoder()(input_features=features)
+    assert as_tuple[0].dtype == as_output.last_hidden_state.dtype == FP32
+    assert torch.equal(as_tuple[0], as_output.last_hidden_state)
+
+
 def test_the_cache_keys_the_encoder_precision(pair, tiny_models):
     cache, full, mixed = pair
     ckpt = models._local_checkpoint(tiny_models / "tiny-random-a")
