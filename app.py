@@ -60,6 +60,9 @@ AUTO = "Auto-detect"
 LANGUAGE_CHOICES = [AUTO, *sorted(name.title() for name in LANGUAGES.values())]
 DTYPES = ["auto", "float32", "float16", "bfloat16"]
 ENCODER_DTYPES = [("auto (same as dtype)", "auto"), "bfloat16", "float32"]
+# What a bf16 encoder did to the baseline over the shared clips (BENCHMARKS, "Issue 12 on an AMX
+# Xeon"): why auto keeps the model's dtype.
+BF16_ENCODER_QUALITY = "5 of our 96 test clips changed with whisper-base"
 ENGINE_LABELS = {
     "specwhisper": "specwhisper (our loop)",
     "transformers": "transformers (assisted generation)",
@@ -709,7 +712,8 @@ def encoder_info() -> str:
         where = "Without AMX tiles (as here) bfloat16 makes the encoder slower."
     return (
         f"The encoder alone; the decoder stays in dtype, so the columns stay token for token. "
-        f"{where} It changed 5 of 96 test transcripts against float32, so auto keeps dtype."
+        f"{where} Against float32 it changed a few transcripts ({BF16_ENCODER_QUALITY}), so "
+        "auto keeps dtype."
     )
 
 
@@ -736,7 +740,7 @@ def precision_note(dtype: str, encoder_dtype: str | None = None) -> str:
             f"The encoder ran in {encoder_dtype} for both columns, and the decoder in float32: "
             "the speculative side verifies in float32, so the columns stay token for token. "
             "Against an all-float32 run the shared encoder output rounds differently, so a "
-            "transcript can change a little (5 of our 96 test clips changed with whisper-base)."
+            f"transcript can change a little ({BF16_ENCODER_QUALITY})."
         )
     return (
         f"Run in {dtype}: half precision can change a token. The speculative side checks γ + 1 "

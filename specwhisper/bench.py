@@ -806,8 +806,8 @@ def settings_of(
         "gamma_schedule": req.gamma_schedule,
         "peer_gamma": peer[0] if peer else None,
         "peer_gamma_schedule": peer[1] if peer else None,
-        "dtype": str(main.dtype).removeprefix("torch."),
-        "encoder_dtype": str(main.encoder_precision).removeprefix("torch."),
+        "dtype": models.dtype_name(main.dtype),
+        "encoder_dtype": models.dtype_name(main.encoder_precision),
         "draft_cross_attention": drafters.cross_precision(assistant, req.engine),
         "repeats": req.repeats,
         "timing": (

@@ -483,7 +483,7 @@ def comparison_of(
         main=main.checkpoint.label,
         assistant=assistant.checkpoint.label,
         device=device_name(main.device),
-        dtype=_name(main.dtype),
+        dtype=models.dtype_name(main.dtype),
         engine=req.engine,
         repeats=req.repeats,
         gamma=req.gamma,
@@ -499,20 +499,16 @@ def comparison_of(
         seed=req.seed,
         draft_cross_attention=drafters.cross_precision(assistant, req.engine),
         assistant_dtype=_precision_of(assistant),
-        encoder_dtype=_name(main.encoder_precision),
+        encoder_dtype=models.dtype_name(main.encoder_precision),
     )
-
-
-def _name(dtype: torch.dtype | None) -> str:
-    return str(dtype).removeprefix("torch.") if dtype is not None else ""
 
 
 def _precision_of(loaded: models.Loaded) -> str:
     """A loaded assistant's weights, with its own encoder's where that differs."""
     encoder = loaded.encoder_precision
     if encoder is None or encoder == loaded.dtype:
-        return _name(loaded.dtype)
-    return f"{_name(loaded.dtype)}, encoder {_name(encoder)}"
+        return models.dtype_name(loaded.dtype)
+    return f"{models.dtype_name(loaded.dtype)}, encoder {models.dtype_name(encoder)}"
 
 
 def leviathan_speedup(alpha: float, gamma: float, c: float) -> float:

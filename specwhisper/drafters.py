@@ -32,6 +32,7 @@ from specwhisper.models import (
     CheckpointError,
     Loaded,
     ModelCache,
+    dtype_name,
 )
 from specwhisper.timing import has_native_bf16
 
@@ -422,7 +423,7 @@ def cross_precision(assistant: Loaded, engine: str) -> str | None:
     "bfloat16"; None where no lean draft runs (another assistant, or transformers' engine)."""
     if assistant.checkpoint.id != SELF_INT8 or engine != "specwhisper":
         return None
-    return str(cross_dtype()).removeprefix("torch.")
+    return dtype_name(cross_dtype())
 
 
 def cross_keys_values(

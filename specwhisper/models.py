@@ -458,6 +458,11 @@ _DTYPES = {"float32": torch.float32, "fp32": torch.float32, "float16": torch.flo
 _DTYPES |= {"fp16": torch.float16, "bfloat16": torch.bfloat16, "bf16": torch.bfloat16}
 
 
+def dtype_name(dtype: torch.dtype | None) -> str:
+    """torch.bfloat16 -> "bfloat16", as results and messages name precisions; None -> ""."""
+    return str(dtype).removeprefix("torch.") if dtype is not None else ""
+
+
 def resolve_dtype(dtype: str, device: torch.device) -> torch.dtype:
     """'auto' means fp16 on GPU and fp32 on CPU (CPU half precision is slow and lossy)."""
     if dtype in (None, "", "auto"):
@@ -611,7 +616,7 @@ def _load_failure(what: str, hub: bool, device: torch.device, dtype: torch.dtype
     emptied = "The model cache was emptied, so the next request starts from free memory."
     if isinstance(e, (torch.cuda.OutOfMemoryError, MemoryError)):
         where = "GPU memory" if device.type == "cuda" else "memory"
-        precision = str(dtype).removeprefix("torch.")
+        precision = dtype_name(dtype)
         return CheckpointError(
             f"There is not enough {where} to load {what} in {precision}. {emptied} "
             "A smaller checkpoint, or half precision on a GPU, needs less."

@@ -163,8 +163,8 @@ def test_an_unknown_encoder_precision_is_refused_before_loading(tiny_models, use
 @pytest.mark.slow
 def test_real_bf16_encoder_is_close_and_keeps_the_transcript(real_models, use_models):
     """whisper-base on the JFK clip: the bf16 encoder's output is within 5% of fp32 (relative
-    Frobenius norm; about 1.6% measured), the baseline's text is unchanged, and speculative
-    decoding with it is identical."""
+    Frobenius norm), the baseline's text is unchanged, and speculative decoding with it is
+    identical."""
     from specwhisper.audio import load_audio
 
     use_models(real_models)
