@@ -32,7 +32,9 @@ class GammaSchedule:
     kind: str = "adaptive"
     gamma: int = 5
     max_gamma: int = 12
-    probe_every: int = 24
+    # main passes without drafting before a probe: 24 left a clip undrafted for most of its
+    # tokens after a few early rejections (BENCHMARKS, issue 12's last session)
+    probe_every: int = 8
     # running estimates: acceptance and verify costs as exponential moving averages, the
     # draft's cost per token as a median (t_draft_s)
     accepted: float = 4.0  # prior: 4 of 5 draft tokens accepted
