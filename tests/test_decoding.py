@@ -299,6 +299,30 @@ def test_gamma_schedule_stops_drafting_when_it_does_not_pay():
     assert fast.next() >= 4
 
 
+def test_gamma_schedule_probes_soon_after_switching_off():
+    """Drafting switched off by early rejections is probed again after `probe_every` undrafted
+    tokens, and a few accepted probes switch it back on."""
+    schedule = GammaSchedule("adaptive", gamma=5)
+    for _ in range(4):  # early rejections: none of 5 kept
+        schedule.update(5, 0, draft_s=5 * 0.005, verify_s=0.030)
+    schedule.update(0, 0, 0.0, 0.015)
+    assert schedule.next() == 0
+    n_off = 1
+    while schedule.next() == 0:
+        schedule.update(0, 0, 0.0, 0.015)
+        n_off += 1
+    assert n_off == schedule.probe_every == 8
+    # The draft is right again: after two fully accepted probes it drafts at every step, and
+    # its blocks grow back.
+    gammas = []
+    for _ in range(30):
+        gammas.append(schedule.next())
+        schedule.update(gammas[-1], gammas[-1], gammas[-1] * 0.005, 0.015 + 0.004 * gammas[-1])
+    resumed = next(i for i in range(len(gammas)) if all(gammas[i:]))
+    assert resumed <= 2 * schedule.probe_every + 1
+    assert gammas[-1] >= 4
+
+
 def test_gamma_schedule_shrugs_off_a_slow_step():
     """The first drafting step (it also catches the draft up on the prompt) is not timed, and
     one slow step on a busy machine does not switch drafting off."""
