@@ -33,7 +33,7 @@ class GammaSchedule:
     gamma: int = 5
     max_gamma: int = 12
     # main passes without drafting before a probe: 24 left a clip undrafted for most of its
-    # tokens after a few early rejections (BENCHMARKS, issue 12's last session)
+    # tokens after a few early rejections (BENCHMARKS, "Issue 12, next session")
     probe_every: int = 8
     # running estimates: acceptance and verify costs as exponential moving averages, the
     # draft's cost per token as a median (t_draft_s)
