@@ -393,3 +393,21 @@ def test_draw_samples_the_given_distribution_and_never_a_zero():
     samples = torch.tensor([draw(weights, generator) for _ in range(N_RUNS)])
     assert set(samples.tolist()) <= {0, 17, 18, 40_000, 51_864}
     assert chi_square_p(samples, weights / weights.sum()) > 1e-3
+
+
+@pytest.mark.parametrize("rows", [1, 2, 6, 12, 13, 40])
+def test_projection_blocks_give_the_whole_matrix_logits(rows):
+    """The verify pass's projection (blocks of the output matrix for 2-12 rows, a [D, V] copy
+    otherwise) gives F.linear's logits within fp32 rounding, and the same greedy tokens, on an
+    output matrix whose vocabulary is not a multiple of the block."""
+    from specwhisper import loop
+
+    torch.manual_seed(rows)
+    vocab, d = 3 * loop.BLOCK + 57, 64
+    main = SimpleNamespace(proj_out=torch.nn.Linear(d, vocab, bias=False))
+    hidden = torch.randn(rows, d)
+    logits = loop._projection(main)(hidden)
+    expected = torch.nn.functional.linear(hidden, main.proj_out.weight)
+    assert logits.shape == (rows, vocab)
+    torch.testing.assert_close(logits, expected, rtol=1e-5, atol=1e-5)
+    assert torch.equal(logits.argmax(-1), expected.argmax(-1))
