@@ -236,13 +236,13 @@ BLOCK = 256
 
 
 def _projection(main: torch.nn.Module) -> Callable[[torch.Tensor], torch.Tensor]:
-    """hidden [K, D] -> logits [K, V]. On CPU, MKL's matmul against the whole output matrix
-    (106 MB for Whisper's vocabulary at d_model 512) slows down from one row to several. A [D, V]
-    copy, made once, is the fastest for one row and for a batch's many rows. For the 2-12 rows
-    of a verify pass in fp32, blocks of BLOCK rows of the [V, D] matrix are faster still (6
-    rows, one thread: 12.6 ms against 15.7 ms): each block stays in cache while every hidden
-    row reads it. Each logit is the same 512-term dot product either way; only its rounding
-    can differ, by a few ulps."""
+    """hidden [..., K, D] -> logits [..., K, V]. On CPU, MKL's matmul against the whole output
+    matrix (106 MB for Whisper's vocabulary at d_model 512) slows down from one row to several.
+    A [D, V] copy, made once, is the fastest for one row and for a batch's many rows. For 2-12
+    rows in all, in fp32 (a verify pass of γ 1-11), blocks of BLOCK rows of the [V, D] matrix
+    are faster still (6 rows, one thread: 12.6 ms against 15.7 ms): each block stays in cache
+    while every hidden row reads it. Each logit is the same dot product either way; only its
+    rounding can differ, by a few ulps."""
     weight = main.proj_out.weight
     if weight.device.type != "cpu":
         return main.proj_out
@@ -254,8 +254,8 @@ def _projection(main: torch.nn.Module) -> Callable[[torch.Tensor], torch.Tensor]
         main._specwhisper_proj_t = cached
     _, proj_t, blocks = cached
 
-    def project(hidden: torch.Tensor) -> torch.Tensor:
-        if hidden.shape[0] in BLOCKED_ROWS and hidden.dtype == torch.float32:
+    def project(hidden: torch.Tensor) -> torch.Tensor:  # [..., D]: rows of any batch shape
+        if hidden.shape[:-1].numel() in BLOCKED_ROWS and hidden.dtype == torch.float32:
             return torch.cat([hidden @ block.t() for block in blocks], dim=-1)
         return hidden @ proj_t
 

@@ -1,9 +1,10 @@
 """Issue 12's int4 lever, built and measured, not kept (BENCHMARKS, "Issue 12: int4 draft
 weights"): the lean self-int8 draft with its decoder layers' Linear weights in int4 (torch's
 CPU int4 pack, asymmetric scales per group of I4_GROUP input columns, bf16 activations), built
-from the main's fp32 weights; the output head stays int8 unless I4_HEAD=1.
+from the main's fp32 weights; the output head stays int8 unless I4_HEAD=1, and I4_LAYERS=0
+leaves the layers int8.
 
-It patches specwhisper at import (nothing in the package changes):
+Run as a script, or after `install()`, it patches specwhisper in memory (no file changes):
 
     python docs/rejected/int4_draft_layers.py <specwhisper.bench arguments>   # I4=0: int8 as is
 """
