@@ -46,7 +46,7 @@ from specwhisper.audio import SAMPLE_RATE, AudioError, AudioLimits, chunks, load
 from specwhisper.compare import SAMPLING_NOTE, CompareError, CompareRequest
 from specwhisper.examples import Example, read_manifest
 from specwhisper.models import CheckpointError
-from specwhisper.schedule import SCHEDULES
+from specwhisper.schedule import SCHEDULES, draft_confidence
 
 try:  # ZeroGPU on Hugging Face Spaces; a no-op decorator everywhere else
     import spaces
@@ -1008,8 +1008,10 @@ def reproduce_snippet(result: Mapping[str, Any], req: CompareRequest) -> str:
         ]
         if req.gamma_schedule == "adaptive":
             lines.append(
-                "# and its adaptive γ (from the measured acceptance and costs) has no "
-                "transformers setting;\n# above, transformers' own confidence-based drafting."
+                "# and its adaptive γ (from the measured acceptance and costs, each draft "
+                "stopping after a token\n# it gives under "
+                f"{draft_confidence():g} probability) has no transformers setting; above, "
+                "transformers' own\n# confidence-based drafting."
             )
     return "\n".join(lines) + "\n"
 
@@ -1239,8 +1241,8 @@ def build_demo() -> gr.Blocks:
                         value="adaptive",
                         label="γ schedule",
                         info="adaptive: γ from measured acceptance and costs (Leviathan's "
-                        "formula); with the transformers engine, its own confidence-threshold "
-                        "drafting. "
+                        "formula), each draft stopping early where the draft is unsure; with the "
+                        "transformers engine, its own confidence-threshold drafting. "
                         "heuristic: +2 after a fully accepted draft, -1 otherwise. constant: γ.",
                     )
                     repeats = gr.Slider(1, 10, value=3, step=1, label="Timed repeats per side")

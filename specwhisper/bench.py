@@ -809,6 +809,12 @@ def settings_of(
         "dtype": models.dtype_name(main.dtype),
         "encoder_dtype": models.dtype_name(main.encoder_precision),
         "draft_cross_attention": drafters.cross_precision(assistant, req.engine),
+        # our adaptive schedule's drafts stop after a token under this probability
+        "draft_confidence": (
+            schedule.draft_confidence()
+            if req.engine == "specwhisper" and req.gamma_schedule == "adaptive"
+            else None
+        ),
         "repeats": req.repeats,
         "timing": (
             f"median of {req.repeats} after 1 warm-up, alternating order, device synced"

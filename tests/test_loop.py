@@ -92,8 +92,8 @@ class ScriptedDrafter(_GreedyDrafter):
         self.n = len(self.tokens)
         return torch.nn.functional.one_hot(torch.tensor(self.next_token(self.tokens)), V).float()
 
-    def propose(self, tokens: list[int], n: int) -> list[int]:
-        drafted = super().propose(tokens, n)
+    def propose(self, tokens: list[int], n: int, stop_below: float = 0.0) -> list[int]:
+        drafted = super().propose(tokens, n, stop_below)
         self.proposed.append(drafted)
         return drafted
 
@@ -191,6 +191,61 @@ def test_gamma_larger_than_the_room_left(gamma):
     for s in stats.steps[1:]:
         assert len(s.drafted) + 1 <= 6 - before
         before += len(step_tokens(s))
+
+
+class UnsureDrafter(ScriptedDrafter):
+    """A scripted draft sure of its tokens (logit 20: p ~ 1) except at the generated positions
+    in `unsure_at` (logit 1 among 16: p = e / (e + 15) = 0.15)."""
+
+    def __init__(self, next_token, max_len: int, unsure_at: set[int]) -> None:
+        super().__init__(next_token, max_len)
+        self.unsure_at = unsure_at
+
+    def _forward(self, ids: list[int]) -> torch.Tensor:
+        logits = super()._forward(ids)  # the next token's, at generated position i
+        i = len(self.tokens) - len(PROMPT)
+        return logits * (1.0 if i in self.unsure_at else 20.0)
+
+
+def test_a_draft_stops_after_a_token_it_is_unsure_of():
+    drafter = UnsureDrafter(sequence(TEXT), 40, unsure_at={2, 5})
+    drafter.begin(None, None, None)
+    assert drafter.propose(PROMPT, 8, stop_below=0.5) == TEXT[:3]  # the unsure one, then stop
+    assert drafter.n == len(PROMPT) + 2  # nothing fed after it
+    assert drafter.propose([*PROMPT, *TEXT[:3]], 8, stop_below=0.5) == TEXT[3:6]
+    drafter.accept(len(PROMPT))
+    assert drafter.propose(PROMPT, 8) == TEXT  # no stop: all 8
+    drafter.accept(len(PROMPT))
+    assert drafter.propose(PROMPT, 8, stop_below=0.1) == TEXT  # 0.15 is sure enough
+
+
+@pytest.mark.parametrize("kind", ["adaptive", "constant"])
+def test_only_the_adaptive_schedule_stops_unsure_drafts(kind):
+    """The draft is wrong, and unsure, at position 5. The adaptive schedule's drafts stop there
+    (never a draft token after it); the output is the main's either way."""
+    wrong = [*TEXT[:5], TEXT[5] + 1, *TEXT[6:]]
+    max_length = len(PROMPT) + 40
+    main = scripted_main(sequence(TEXT))
+    drafter = UnsureDrafter(sequence(wrong), max_length, unsure_at={5})
+    stats = LoopStats()
+    config = SimpleNamespace(
+        _eos_token_tensor=torch.tensor([EOS]), max_length=max_length, return_dict_in_generate=False
+    )
+    schedule = GammaSchedule(kind, gamma=8, max_gamma=8)
+    assert schedule.stop_below == (0.5 if kind == "adaptive" else 0.0)
+    out = speculative_decode(
+        main, drafter, schedule, stats, torch.tensor([PROMPT]), [], config,
+        past_key_values=TokenCache(),
+        encoder_outputs=SimpleNamespace(last_hidden_state=torch.zeros(1, 1, 4)),
+    )  # fmt: skip
+    generated = out[0].tolist()[len(PROMPT) :]
+    assert generated == baseline(TEXT, 40)
+    check_steps(generated, stats)
+    before, past_unsure = 1, []  # the prefill gave position 0
+    for s in stats.steps[1:]:
+        past_unsure += [before + i > 5 for i in range(len(s.drafted)) if before <= 5]
+        before += len(step_tokens(s))
+    assert any(past_unsure) == (kind == "constant")
 
 
 def test_max_new_tokens_one():
@@ -396,7 +451,7 @@ def test_draw_samples_the_given_distribution_and_never_a_zero():
     assert chi_square_p(samples, weights / weights.sum()) > 1e-3
 
 
-@pytest.mark.parametrize("shape", [(1,), (2,), (6,), (12,), (13,), (40,), (2, 6), (8, 6)])
+@pytest.mark.parametrize("shape", [(1,), (2,), (6,), (13,), (14,), (15,), (40,), (2, 6), (8, 6)])
 def test_projection_blocks_give_the_whole_matrix_logits(shape, monkeypatch):
     """The verify pass's projection gives F.linear's logits within fp32 rounding, and the same
     greedy tokens, on an output matrix whose vocabulary is not a multiple of the block. It goes
