@@ -1007,11 +1007,15 @@ def reproduce_snippet(result: Mapping[str, Any], req: CompareRequest) -> str:
             "#   from specwhisper.decoding import decode_speculative",
         ]
         if req.gamma_schedule == "adaptive":
+            stop = (  # greedy drafts only (the fallback's greedy windows too)
+                f", each draft stopping after a token\n# it gives under {draft_confidence():g} "
+                "probability"
+                if req.temperature == 0
+                else ""
+            )
             lines.append(
-                "# and its adaptive γ (from the measured acceptance and costs, each draft "
-                "stopping after a token\n# it gives under "
-                f"{draft_confidence():g} probability) has no transformers setting; above, "
-                "transformers' own\n# confidence-based drafting."
+                f"# and its adaptive γ (from the measured acceptance and costs{stop}) has no "
+                "transformers setting;\n# above, transformers' own confidence-based drafting."
             )
     return "\n".join(lines) + "\n"
 

@@ -533,7 +533,8 @@ def decode_batch_speculative(
 ) -> BatchResult:
     """The same batched `generate` call, with its token loop swapped for our batched loop."""
     kwargs = _batch_kwargs(main, batch, max_new_tokens)
-    schedule = GammaSchedule(gamma_schedule, max(gamma, 0), max(max_gamma, 1))
+    # batched drafts run their full gamma: no confidence stop
+    schedule = GammaSchedule(gamma_schedule, max(gamma, 0), max(max_gamma, 1), confidence=0.0)
     stats = BatchStats()
     suppress, eos = draft_vocabulary(main)
 

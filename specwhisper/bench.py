@@ -809,10 +809,14 @@ def settings_of(
         "dtype": models.dtype_name(main.dtype),
         "encoder_dtype": models.dtype_name(main.encoder_precision),
         "draft_cross_attention": drafters.cross_precision(assistant, req.engine),
-        # our adaptive schedule's drafts stop after a token under this probability
+        # our adaptive schedule's greedy drafts stop after a token under this probability
+        # (sampled and batched drafts never do)
         "draft_confidence": (
             schedule.draft_confidence()
-            if req.engine == "specwhisper" and req.gamma_schedule == "adaptive"
+            if req.engine == "specwhisper"
+            and req.gamma_schedule == "adaptive"
+            and req.temperature == 0
+            and not (args.batch_size or args.batch_sweep)
             else None
         ),
         "repeats": req.repeats,

@@ -169,7 +169,7 @@ def speculative_decode(
             if tokens[-1] in eos or len(tokens) >= max_length:
                 break
             # 3. Draft up to gamma tokens, leaving room for the main's own token (0: does not pay).
-            gamma = max(0, min(schedule.next(), max_length - len(tokens) - 1))
+            gamma = max(0, min(schedule.next(not sampling), max_length - len(tokens) - 1))
             t0 = clock(device)
             drafted, q = [], None
             with stats.drafting():
@@ -195,7 +195,8 @@ def speculative_decode(
             drafter.accept(n_valid)
             stats.draft_s += t1 - t0
             # the draft stopped itself, unsure of its last token (not at end-of-text or gamma)
-            unsure = 0 < len(drafted) < gamma and drafted[-1] not in eos and not sampling
+            stops = schedule.stop_below > 0 and not sampling
+            unsure = stops and 0 < len(drafted) < gamma and drafted[-1] not in eos
             schedule.update(len(drafted), step.n_accepted, t1 - t0, t2 - t1, unsure)
     sequences = torch.tensor([tokens], device=device)
     if generation_config.return_dict_in_generate:

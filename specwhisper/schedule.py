@@ -45,9 +45,11 @@ class GammaSchedule:
     model, E[tokens] = (1 - a^(g+1)) / (1 - a), cost = draft_cost(g) + verify_cost(g + 1), with
     the acceptance a and both costs measured as we go. Gamma 0 (no drafting) wins when the draft
     does not pay; a probe every `probe_every` tokens keeps the estimate of `a` fresh. Gamma is
-    then a cap: a greedy draft stops after a token it gives less than `confidence` probability,
-    so drafts run long where the draft is sure and end where a rejection is likely. Within 2%
-    of the best rate the longest cap is taken then (the shortest without the stop).
+    then a cap: our loop's greedy draft stops after a token it gives less than `stop_below`
+    probability, so drafts run long where the draft is sure and end where a rejection is
+    likely. The longest cap within 2% of the rate of the shorter-first choice is taken then
+    (`next(draft_stops=True)`); sampled and batched drafts, which never stop early, keep the
+    shorter-first choice (a longer gamma only where its rate is more than 2% better).
 
     The draft's cost comes from its last few drafting steps, not counting the first (that one
     also catches the draft up on the prompt and pays first-call setup), through medians: one
@@ -74,12 +76,14 @@ class GammaSchedule:
     t_verify_s: dict[int, float] = field(default_factory=dict)  # by tokens fed to the main
     since_draft: int = 0
     decay: float = 0.9
-    confidence: float = field(default_factory=draft_confidence)  # adaptive only: stop_below
+    confidence: float | None = None  # adaptive only, see stop_below (None: draft_confidence())
 
     @property
     def stop_below(self) -> float:
         """A greedy draft stops after a token it gives less than this probability (0: never)."""
-        return self.confidence if self.kind == "adaptive" else 0.0
+        if self.kind != "adaptive":
+            return 0.0
+        return draft_confidence() if self.confidence is None else self.confidence
 
     @property
     def t_draft_s(self) -> float | None:
@@ -131,7 +135,9 @@ class GammaSchedule:
         anchor = near[-1] if hi is None else near[0]
         return self.t_verify_s[anchor] + slope * (k - anchor)
 
-    def next(self) -> int:
+    def next(self, draft_stops: bool = False) -> int:
+        """The next gamma. `draft_stops`: the caller's draft stops itself after a token under
+        `stop_below` (our greedy loop; not sampled or batched drafts)."""
         t_draft = self.t_draft_s
         if self.kind != "adaptive" or t_draft is None or not self.t_verify_s:
             return self.gamma
@@ -144,9 +150,11 @@ class GammaSchedule:
         for g in range(1, self.max_gamma + 1):
             if rates[g] > best_rate * 1.02:  # prefer the shorter draft unless clearly better
                 best_g, best_rate = g, rates[g]
-        if best_g > 0 and self.stop_below > 0:
+        if best_g > 0 and draft_stops and self.stop_below > 0:
             # ...unless the draft stops itself where it is unsure: then a longer cap only runs
-            # on where the draft is sure, whose tokens the pooled `a` undervalues
+            # on where the draft is sure, whose tokens the pooled `a` undervalues. The longest
+            # within 2% of the rate that rule picked (as measured: BENCHMARKS, "Issue 12:
+            # drafts that stop where the draft is unsure"; best_g itself qualifies)
             best_g = max(g for g in range(1, self.max_gamma + 1) if rates[g] * 1.02 >= best_rate)
         if best_g == 0 and self.since_draft >= self.probe_every:
             return 2  # a cheap probe, so a changed acceptance can switch drafting back on
@@ -192,7 +200,7 @@ class GammaSchedule:
         # Geometric model: each draft token is a trial until the first rejection (a row's
         # unsure last token is left out).
         unsure = unsure or [False] * len(n_drafted)
-        sure = [d - bool(u) for d, u in zip(n_drafted, unsure, strict=True)]
+        sure = [max(d - bool(u), 0) for d, u in zip(n_drafted, unsure, strict=True)]
         kept = [min(a, d) for d, a in zip(sure, n_accepted, strict=True)]
         trials = sum(a + (1 if a < d else 0) for d, a in zip(sure, kept, strict=True))
         self.accepted = self.decay * self.accepted + sum(kept)

@@ -359,16 +359,16 @@ def test_gamma_schedule_costs():
     assert schedule.draft_cost(10) == pytest.approx(0.054)
 
 
-@pytest.mark.parametrize("confidence", [0.5, 0.0])
-def test_gamma_schedule_caps_long_where_the_draft_stops_itself(confidence):
-    """Rates within 2% of each other: with the confidence stop the longest such cap, without
-    it the shortest (the rule before the stop)."""
+@pytest.mark.parametrize(("confidence", "draft_stops"), [(0.5, True), (0.0, True), (0.5, False)])
+def test_gamma_schedule_caps_long_where_the_draft_stops_itself(confidence, draft_stops):
+    """Rates within 2% of each other: where the draft stops itself (our greedy loop, stop on)
+    the longest such cap; else the shortest, as for sampled and batched drafts."""
     schedule = GammaSchedule("adaptive", max_gamma=12, confidence=confidence, decay=1.0)
     schedule.accepted, schedule.trials = 97.0, 100.0
     for n in (4, 8, 4, 8):
         schedule.update(n, n, 0.002 + 0.007 * n, 0.020 * (1 + 0.12 * n))
-    g = schedule.next()
-    assert (g >= 10) if confidence else (4 <= g < 10)
+    g = schedule.next(draft_stops)
+    assert (g >= 10) if confidence and draft_stops else (4 <= g < 10)
 
 
 def test_draft_confidence_from_the_environment(monkeypatch):
@@ -377,10 +377,11 @@ def test_draft_confidence_from_the_environment(monkeypatch):
     monkeypatch.setenv("SPECWHISPER_DRAFT_CONFIDENCE", "0.3")
     assert GammaSchedule("adaptive").stop_below == 0.3
     assert GammaSchedule("constant").stop_below == 0.0
-    for bad in ("2", "often"):
+    for bad in ("2", "often"):  # refused where it is read, by the adaptive schedule only
         monkeypatch.setenv("SPECWHISPER_DRAFT_CONFIDENCE", bad)
         with pytest.raises(ValueError, match="between 0 and 1"):
-            GammaSchedule("adaptive")
+            GammaSchedule("adaptive").stop_below  # noqa: B018
+        assert GammaSchedule("constant").stop_below == 0.0
     monkeypatch.delenv("SPECWHISPER_DRAFT_CONFIDENCE")
     assert GammaSchedule("adaptive").stop_below == DRAFT_CONFIDENCE
 

@@ -220,9 +220,10 @@ def test_a_draft_stops_after_a_token_it_is_unsure_of():
 
 
 @pytest.mark.parametrize("kind", ["adaptive", "constant"])
-def test_only_the_adaptive_schedule_stops_unsure_drafts(kind):
+def test_only_the_adaptive_schedule_stops_unsure_drafts(kind, monkeypatch):
     """The draft is wrong, and unsure, at position 5. The adaptive schedule's drafts stop there
     (never a draft token after it); the output is the main's either way."""
+    monkeypatch.delenv("SPECWHISPER_DRAFT_CONFIDENCE", raising=False)
     wrong = [*TEXT[:5], TEXT[5] + 1, *TEXT[6:]]
     max_length = len(PROMPT) + 40
     main = scripted_main(sequence(TEXT))
@@ -246,6 +247,8 @@ def test_only_the_adaptive_schedule_stops_unsure_drafts(kind):
         past_unsure += [before + i > 5 for i in range(len(s.drafted)) if before <= 5]
         before += len(step_tokens(s))
     assert any(past_unsure) == (kind == "constant")
+    # the first draft (gamma 8, before any timing) covers positions 1-5 or 1-8
+    assert len(stats.steps[1].drafted) == (5 if kind == "adaptive" else 8)
 
 
 def test_max_new_tokens_one():
