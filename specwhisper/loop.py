@@ -138,6 +138,8 @@ def speculative_decode(
     processors = list(logits_processor)
     verify = _verifier(main, cache, encoder_hidden, processors)
     sampling = bool(getattr(generation_config, "do_sample", False))
+    # greedy drafts stop after a token under this probability (sampled ones never stop early)
+    stop_below = 0.0 if sampling else schedule.stop_below
 
     def process(prefix: list[int], logits: torch.Tensor) -> torch.Tensor:
         return _process(processors, torch.tensor([prefix], device=device), logits)
@@ -176,7 +178,7 @@ def speculative_decode(
                 if gamma > 0 and sampling:
                     drafted, q = drafter.sample(tokens, gamma, process, generator)
                 elif gamma > 0:  # up to gamma, ending early where the draft is unsure
-                    drafted = drafter.propose(tokens, gamma, schedule.stop_below)
+                    drafted = drafter.propose(tokens, gamma, stop_below)
             t1 = clock(device)
             # 4. Verify: one main pass over the last token plus the draft -> [g+1, V] logits.
             rows = verify(tokens[:-1], [tokens[-1], *drafted], len(drafted) + 1)
@@ -195,8 +197,7 @@ def speculative_decode(
             drafter.accept(n_valid)
             stats.draft_s += t1 - t0
             # the draft stopped itself, unsure of its last token (not at end-of-text or gamma)
-            stops = schedule.stop_below > 0 and not sampling
-            unsure = stops and 0 < len(drafted) < gamma and drafted[-1] not in eos
+            unsure = stop_below > 0 and 0 < len(drafted) < gamma and drafted[-1] not in eos
             schedule.update(len(drafted), step.n_accepted, t1 - t0, t2 - t1, unsure)
     sequences = torch.tensor([tokens], device=device)
     if generation_config.return_dict_in_generate:

@@ -138,8 +138,7 @@ class GammaSchedule:
     def next(self, draft_stops: bool = False) -> int:
         """The next gamma. `draft_stops`: the caller's draft stops itself after a token under
         `stop_below` (our greedy loop; not sampled or batched drafts)."""
-        t_draft = self.t_draft_s
-        if self.kind != "adaptive" or t_draft is None or not self.t_verify_s:
+        if self.kind != "adaptive" or not self.draft_steps or not self.t_verify_s:
             return self.gamma
         a = self.alpha()
         rates = [1.0 / self.verify_cost(1)]  # tokens per second at gamma 0, 1, ...
