@@ -239,8 +239,11 @@ class Int8BatchDrafter(_BatchProposer):
         self.max_len = draft.model.config.max_target_positions
         w, n_rows = self.w, encoder_hidden.shape[0]
         shape = (len(w.layers), n_rows, self.max_len, w.n_heads, w.head_dim)
-        # [L, B, T_max, H, Dh]: a row's positions below its count n are all written first
-        self.k, self.v = torch.empty(shape), torch.empty(shape)
+        # [L, B, T_max, H, Dh]. Zeros, not empty: a row reads every position below the batch's
+        # longest (masked past its own count), and masked uninitialized memory is not harmless:
+        # a NaN or inf there times a zero attention weight is NaN, and the int8 layers then
+        # failed now and then ("min should be less than or equal to max").
+        self.k, self.v = torch.zeros(shape), torch.zeros(shape)
         dtype = cross_dtype()
         self.cross = [  # [B, ...] per layer, as drafters.cross_keys_values lays them out
             cross_keys_values(layer.keys, layer.values, dtype)
@@ -263,7 +266,7 @@ class Int8BatchDrafter(_BatchProposer):
         for i, layer in enumerate(w.layers):
             h = F.layer_norm(x, (d,), *layer.norm_self)
             qkv = linear(h, layer.qkv, reduce_range=True).view(n_rows, k, 3, w.n_heads, -1)
-            self.k[i][rows, pos] = qkv[:, :, 1]  # pads land past a row's count: never read
+            self.k[i][rows, pos] = qkv[:, :, 1]  # pads land past a row's count: masked
             self.v[i][rows, pos] = qkv[:, :, 2]
             keys = self.k[i, :, :span].permute(0, 2, 3, 1)  # [B, H, Dh, T]
             values = self.v[i, :, :span].transpose(1, 2)  # [B, H, T, Dh]
