@@ -60,8 +60,8 @@ AUTO = "Auto-detect"
 LANGUAGE_CHOICES = [AUTO, *sorted(name.title() for name in LANGUAGES.values())]
 DTYPES = ["auto", "float32", "float16", "bfloat16"]
 ENCODER_DTYPES = [("auto (same as dtype)", "auto"), "bfloat16", "float32"]
-# What a bf16 encoder did to the baseline over the shared clips (BENCHMARKS, "Issue 12 on an AMX
-# Xeon"): why auto keeps the model's dtype.
+# What a bf16 encoder did to the baseline over the shared clips
+# (BENCHMARKS.md#identity-bf16-encoder): why auto keeps the model's dtype.
 BF16_ENCODER_QUALITY = "5 of our 96 test clips changed with whisper-base"
 ENGINE_LABELS = {
     "specwhisper": "specwhisper (our loop)",

@@ -233,8 +233,8 @@ def _verifier(
 
 
 # The verify pass's widths (tokens) whose fp32 CPU projection goes through the output matrix in
-# blocks of BLOCK vocabulary rows (see _projection; BENCHMARKS, "Issue 12: the verify pass's
-# projection in blocks"). range(0) turns the blocks off, for ablations.
+# blocks of BLOCK vocabulary rows (see _projection; BENCHMARKS.md#lever-blocks). range(0) turns
+# the blocks off, for ablations.
 BLOCKED_ROWS = range(2, 15)
 BLOCK = 256
 

@@ -18,7 +18,7 @@ SCHEDULES = ("adaptive", "constant", "heuristic")
 # The adaptive schedule's greedy draft stops after a token it gives less than this probability:
 # a rejection is likely there (teacher-forced over the 95 one-window shared clips, whisper-base's
 # self-int8 draft gave under 0.5 to 74% of the tokens the main rejects and to 7% of the ones it
-# keeps; BENCHMARKS, "Issue 12: drafts that stop where the draft is unsure").
+# keeps; BENCHMARKS.md#lever-schedule).
 DRAFT_CONFIDENCE = 0.5
 
 
@@ -64,7 +64,7 @@ class GammaSchedule:
     gamma: int = 5
     max_gamma: int = 12
     # main passes without drafting before a probe: 24 left a clip undrafted for most of its
-    # tokens after a few early rejections (BENCHMARKS, "Issue 12, next session")
+    # tokens after a few early rejections (BENCHMARKS.md#lever-schedule)
     probe_every: int = 8
     # running estimates: acceptance and verify costs as exponential moving averages, the
     # draft's cost from medians over its recent steps (draft_cost)
@@ -152,8 +152,8 @@ class GammaSchedule:
         if best_g > 0 and draft_stops and self.stop_below > 0:
             # ...unless the draft stops itself where it is unsure: then a longer cap only runs
             # on where the draft is sure, whose tokens the pooled `a` undervalues. The longest
-            # within 2% of the rate that rule picked (as measured: BENCHMARKS, "Issue 12:
-            # drafts that stop where the draft is unsure"; best_g itself qualifies)
+            # within 2% of the rate that rule picked (as measured: BENCHMARKS.md#lever-schedule;
+            # best_g itself qualifies)
             best_g = max(g for g in range(1, self.max_gamma + 1) if rates[g] * 1.02 >= best_rate)
         if best_g == 0 and self.since_draft >= self.probe_every:
             return 2  # a cheap probe, so a changed acceptance can switch drafting back on

@@ -1,7 +1,7 @@
-"""Issue 12's int4 lever, built and measured, not kept (BENCHMARKS, "Issue 12: int4 draft
-weights"): the lean self-int8 draft with its decoder layers' Linear weights in int4 (torch's
-CPU int4 pack, asymmetric scales per group of I4_GROUP input columns, bf16 activations), built
-from the main's fp32 weights; the output head stays int8 unless I4_HEAD=1, and I4_LAYERS=0
+"""A dropped lever, built and measured, not kept (BENCHMARKS.md#dropped-int4): the lean
+self-int8 draft with its decoder layers' Linear weights in int4 (torch's CPU int4 pack,
+asymmetric scales per group of I4_GROUP input columns, bf16 activations), built from the main's
+fp32 weights; the output head stays int8 unless I4_HEAD=1, and I4_LAYERS=0
 leaves the layers int8.
 
 Run as a script, or after `install()`, it patches specwhisper in memory (no file changes):
