@@ -43,21 +43,22 @@ PARAMETERS = [
 @pytest.fixture(scope="module")
 def server():
     """The app on a free localhost port, as `python app.py` serves it, with a 1 MB upload limit."""
-    import app
+    from specwhisper.ui import build_demo, launch_options
 
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     with pytest.MonkeyPatch.context() as env:
         env.setenv("SPECWHISPER_MAX_FILE_MB", str(MAX_FILE_MB))
-        options = app.launch_options()
-    app.demo.launch(
+        options = launch_options()
+    demo = build_demo()
+    demo.launch(
         prevent_thread_lock=True, server_name="127.0.0.1", server_port=port, quiet=True, **options
     )
     try:
         yield Client(f"http://127.0.0.1:{port}/", verbose=False)
     finally:
-        app.demo.close()
+        demo.close()
 
 
 @pytest.fixture(autouse=True)

@@ -9,9 +9,29 @@ import gradio as gr
 import numpy as np
 import pytest
 
-import app
 from specwhisper import compare, models
 from specwhisper.compare import CompareRequest
+from specwhisper.ui.api import compare_request
+from specwhisper.ui.batch import on_batch, run_batch
+from specwhisper.ui.choices import TURBO, default_pair, on_main_change, reference_for
+from specwhisper.ui.errors import GENERIC_ERROR
+from specwhisper.ui.exports import JsonFiles, markdown_table
+from specwhisper.ui.figure import audio_figure
+from specwhisper.ui.handlers import on_compare, run_compare
+from specwhisper.ui.layout import build_demo
+from specwhisper.ui.snippet import reproduce_snippet
+from specwhisper.ui.startup import launch_options
+from specwhisper.ui.texts import APP_DIR, shown_path
+from specwhisper.ui.tokens import (
+    ORIGINS,
+    STEP_COLUMNS,
+    draft_tokens,
+    result_token_ids,
+    steps_frame,
+    token_origins,
+    token_pieces,
+)
+from specwhisper.ui.verdict import precision_note, render_side, render_verdict
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 ROOT = Path(__file__).resolve().parents[1]
@@ -95,7 +115,7 @@ def synthetic_result(**changes) -> dict:
 
 PIECES = {50: "<|startoftranscript|>", 1: "ask", 2: " not", 3: " what", 9: " who", 7: " your"}
 PIECES[51] = "<|endoftext|>"
-LABELS = {label for _, label in app.ORIGINS.values()}
+LABELS = {label for _, label in ORIGINS.values()}
 
 
 @pytest.fixture
@@ -107,7 +127,7 @@ def tiny_app(app_models, use_models):
 
 
 def test_page_builds_offline_with_local_checkpoints_only(tiny_app):
-    demo = app.build_demo()
+    demo = build_demo()
     assert isinstance(demo, gr.Blocks)
     mains = choice_values(by_label(demo, "Main model"))
     assert mains and all(m.endswith(" (local)") for m in mains)  # no Hub ids offline
@@ -123,14 +143,14 @@ def test_page_builds_offline_with_local_checkpoints_only(tiny_app):
     assert "Offline mode" in markdown
     assert str(tiny_app) not in markdown  # the server's absolute path stays private
     # The API and the button share one slot: timed runs never overlap.
-    timed = [f for f in demo.fns.values() if f.fn in (app.run_compare, app.on_compare)]
+    timed = [f for f in demo.fns.values() if f.fn in (run_compare, on_compare)]
     assert {f.api_name for f in timed} == {"compare", "on_compare"}
     assert all(f.concurrency_limit == 1 and f.concurrency_id == "compare" for f in timed)
 
 
 def test_page_without_any_checkpoint_says_how_to_get_weights(use_models, tmp_path):
     use_models(tmp_path)
-    demo = app.build_demo()
+    demo = build_demo()
     markdown = " ".join(str(c.get("value")) for c in components(demo) if c["type"] == "markdown")
     assert "python -m specwhisper.offline" in markdown
     assert by_label(demo, "Main model")["choices"] == []
@@ -139,13 +159,13 @@ def test_page_without_any_checkpoint_says_how_to_get_weights(use_models, tmp_pat
 
 
 def test_english_only_main_fixes_language_and_task(tiny_app):
-    assistant, language, task, note = app.on_main_change("tiny-english (local)")
+    assistant, language, task, note = on_main_change("tiny-english (local)")
     assert language["interactive"] is False and language["value"] == "English"
     assert task["interactive"] is False and task["value"] == "transcribe"
     assert note["visible"] and "English-only" in note["value"]
     assert "tiny-random-a (local)" not in assistant["choices"]  # another tokenizer
 
-    assistant, language, task, note = app.on_main_change("tiny-random-a (local)")
+    assistant, language, task, note = on_main_change("tiny-random-a (local)")
     assert language["interactive"] is True and task["interactive"] is True
     assert not note["visible"]
     assert assistant["value"] == models.SELF_INT8
@@ -159,16 +179,16 @@ def test_page_starts_on_the_default_pair_for_the_hardware(app_models, use_models
     (tmp_path / "whisper-base").symlink_to(app_models / "tiny-random-b", target_is_directory=True)
     (tmp_path / "tiny-random-a").symlink_to(app_models / "tiny-random-a", target_is_directory=True)
     use_models(tmp_path)
-    assert app.default_pair() == ("whisper-base (local)", models.SELF_INT8)
-    demo = app.build_demo()
+    assert default_pair() == ("whisper-base (local)", models.SELF_INT8)
+    demo = build_demo()
     assert by_label(demo, "Main model")["value"] == "whisper-base (local)"
     assert by_label(demo, "Assistant")["value"] == models.SELF_INT8
 
 
 def test_turbo_says_what_to_expect(tiny_app):
-    assistant, _, _, note = app.on_main_change(app.TURBO)
+    assistant, _, _, note = on_main_change(TURBO)
     assert note["visible"] and note["value"] == models.TURBO_NOTE
-    assert assistant["value"] != app.TURBO  # on the CPU its int8 self drafts, not turbo itself
+    assert assistant["value"] != TURBO  # on the CPU its int8 self drafts, not turbo itself
 
 
 def test_front_matter_lists_the_models_and_preloads_the_gpu_default():
@@ -185,9 +205,9 @@ def test_front_matter_lists_the_models_and_preloads_the_gpu_default():
 
 def test_reference_text_follows_the_example_by_file_name(tmp_path):
     copy = tmp_path / "gradio-cache" / JFK.name  # gradio hands examples over as copies
-    assert app.reference_for(str(copy)).startswith("And so my fellow Americans")
-    assert app.reference_for(str(tmp_path / "mine.wav")) == ""
-    assert app.reference_for(None) == ""
+    assert reference_for(str(copy)).startswith("And so my fellow Americans")
+    assert reference_for(str(tmp_path / "mine.wav")) == ""
+    assert reference_for(None) == ""
 
 
 # --- the handler on tiny random models ------------------------------------------------------
@@ -197,9 +217,7 @@ def test_reference_text_follows_the_example_by_file_name(tmp_path):
     "assistant", ["tiny-random-b", models.SELF_INT8, "tiny-random-decoder", "tiny-random-a"]
 )
 def test_run_compare_gives_both_results_and_identical(tiny_app, assistant):
-    result = app.run_compare(
-        str(SPANISH), "auto", "transcribe", "tiny-random-a", assistant, repeats=1
-    )
+    result = run_compare(str(SPANISH), "auto", "transcribe", "tiny-random-a", assistant, repeats=1)
     assert result["identical"] is True and result["first_divergence"] is None
     base, spec = result["baseline"], result["speculative"]
     assert spec["token_ids"] == base["token_ids"] and spec["text"] == base["text"]
@@ -212,7 +230,7 @@ def test_run_compare_gives_both_results_and_identical(tiny_app, assistant):
 
 
 def test_compare_button_renders_every_output(tiny_app):
-    outputs = app.on_compare(
+    outputs = on_compare(
         str(JFK), language="Auto-detect", task="transcribe", main="tiny-random-a (local)",
         assistant="self-int8", gamma=3, gamma_schedule="constant", repeats=1, dtype="auto",
         timestamps=False, engine="transformers",
@@ -233,34 +251,34 @@ def test_compare_button_renders_every_output(tiny_app):
 
 def test_person_readable_errors_and_a_generic_one_for_the_rest(tiny_app, monkeypatch, tmp_path):
     with pytest.raises(gr.Error, match="Unknown language 'Klingon'"):
-        app.run_compare(str(JFK), "Klingon", "transcribe", "tiny-random-a", "self-int8")
+        run_compare(str(JFK), "Klingon", "transcribe", "tiny-random-a", "self-int8")
     empty = tmp_path / "empty.wav"
     empty.touch()
     with pytest.raises(gr.Error, match="The file is empty"):
-        app.run_compare(str(empty), "auto", "transcribe", "tiny-random-a", "self-int8")
+        run_compare(str(empty), "auto", "transcribe", "tiny-random-a", "self-int8")
 
     def broken(*args, **kwargs):
         raise RuntimeError("CUDA error: an illegal memory access was encountered")
 
     monkeypatch.setattr(compare, "compare", broken)
     with pytest.raises(gr.Error) as caught:
-        app.run_compare(str(JFK), "auto", "transcribe", "tiny-random-a", "self-int8")
-    assert caught.value.message == app.GENERIC_ERROR  # no traceback text on the page
+        run_compare(str(JFK), "auto", "transcribe", "tiny-random-a", "self-int8")
+    assert caught.value.message == GENERIC_ERROR  # no traceback text on the page
 
 
 # --- rendering ------------------------------------------------------------------------------
 
 
 def test_identical_badge_speedup_and_prediction():
-    html = app.render_verdict(synthetic_result(load_time_s=7.25), PIECES)
+    html = render_verdict(synthetic_result(load_time_s=7.25), PIECES)
     assert "IDENTICAL" in html and "MISMATCH" not in html
     assert "2.00×" in html and "faster" in html
     assert "Predicted: <b>1.80×</b> end to end" in html  # what is timed
     assert "decoding loop alone would gain 2.40×" in html  # Leviathan's figure
     assert "Models loaded in 7.2 s (not included in timings)" in html
-    cached = app.render_verdict(synthetic_result(load_time_s=0.0), PIECES)
+    cached = render_verdict(synthetic_result(load_time_s=0.0), PIECES)
     assert "Models were cached (no load time)" in cached and "Models loaded in" not in cached
-    slower = app.render_verdict(synthetic_result(speedup=0.8), PIECES)
+    slower = render_verdict(synthetic_result(speedup=0.8), PIECES)
     assert "0.80×" in slower and "slower than the baseline" in slower
 
 
@@ -270,37 +288,37 @@ def test_mismatch_is_shown_with_position_and_both_texts():
         identical=False,
         first_divergence=2,
     )
-    html = app.render_verdict(result, PIECES)
+    html = render_verdict(result, PIECES)
     assert "MISMATCH" in html and "IDENTICAL" not in html
     assert "differ from token 2 on" in html
     # Both sides: the shared text, then each one's own continuation highlighted.
     assert "…ask not<mark" in html
     assert ">  what…" not in html and "> what</mark>" in html and "> your</mark>" in html
-    assert "#dc2626" in app.render_side(result, "speculative")  # the card is flagged too
-    assert "no (from token 2)" in app.markdown_table(result)
+    assert "#dc2626" in render_side(result, "speculative")  # the card is flagged too
+    assert "no (from token 2)" in markdown_table(result)
 
 
 def test_mismatch_where_one_output_stops_early():
     result = synthetic_result(
         speculative={"token_ids": [1, 2]}, identical=False, first_divergence=2
     )
-    assert "(ends here)" in app.render_verdict(result, PIECES)
+    assert "(ends here)" in render_verdict(result, PIECES)
 
 
 def test_columns_show_timing_method_counts_and_segments():
     segments = [{"start_s": 0.0, "end_s": 1.5, "text": "ask not"}]
     result = synthetic_result(baseline={"segments": segments}, speculative={"segments": segments})
-    base = app.render_side(result, "baseline")
+    base = render_side(result, "baseline")
     assert "median of 3 after warm-up, device synchronized" in base
     assert "runs: 2.100, 2.000, 1.900 s" in base
     assert "[0.00–1.50]" in base and "ask not" in base
-    spec = app.render_side(result, "speculative")
+    spec = render_side(result, "speculative")
     assert "66.7%" in spec and "2 of 3 drafted tokens" in spec and "2.00×" in spec
     assert "Tokens per main forward" in spec
 
 
 def test_markdown_table_for_bloggers():
-    table = app.markdown_table(synthetic_result(main="a|b"))
+    table = markdown_table(synthetic_result(main="a|b"))
     lines = table.splitlines()
     assert lines[0].startswith("| Main | Assistant | Device | dtype | Baseline | Speculative |")
     assert lines[2].count(" | ") == lines[0].count(" | ")  # the pipe in a name is escaped
@@ -319,7 +337,7 @@ def test_token_origins_follow_the_steps():
         # ended inside its accepted draft: end-of-text drafted and accepted, no main token
         {"drafted": [10, 51, 51], "n_accepted": 2, "main_token": None},
     ]
-    origins = app.token_origins([1, 2, 3, 7, 4, 5, 6, 8, 10], steps)  # end-of-text left out
+    origins = token_origins([1, 2, 3, 7, 4, 5, 6, 8, 10], steps)  # end-of-text left out
     assert origins == [
         (1, "main"), (2, "draft"), (3, "draft"), (7, "correction"),
         (4, "draft"), (5, "draft"), (6, "bonus"), (8, "main"), (10, "draft"),
@@ -327,12 +345,12 @@ def test_token_origins_follow_the_steps():
     # At the length limit the output stops inside the accepted draft: no token of the main's.
     cut = [{"drafted": [], "n_accepted": 0, "main_token": 1}]
     cut.append({"drafted": [2, 3, 4], "n_accepted": 2, "main_token": None})
-    assert app.token_origins([1, 2, 3], cut) == [(1, "main"), (2, "draft"), (3, "draft")]
+    assert token_origins([1, 2, 3], cut) == [(1, "main"), (2, "draft"), (3, "draft")]
 
 
 def test_draft_token_view_labels_tokens_and_lists_steps():
-    tokens = app.draft_tokens(synthetic_result(), PIECES)
-    labels = {label for _, label in app.ORIGINS.values()}
+    tokens = draft_tokens(synthetic_result(), PIECES)
+    labels = {label for _, label in ORIGINS.values()}
     assert tokens == [
         ("ask", "main model: first token, or a step without a draft"),
         (" not", "accepted draft token"),
@@ -342,8 +360,8 @@ def test_draft_token_view_labels_tokens_and_lists_steps():
 
     steps = synthetic_result()["speculative"]["steps"]
     steps.append({"drafted": [7, 51], "n_accepted": 2, "main_token": None})
-    frame = app.steps_frame(synthetic_result(speculative={"steps": steps}), PIECES)
-    assert list(frame.columns) == app.STEP_COLUMNS
+    frame = steps_frame(synthetic_result(speculative={"steps": steps}), PIECES)
+    assert list(frame.columns) == STEP_COLUMNS
     first, second, third = frame.to_dict("records")
     assert first["Accepted"] == "0/0" and first["Main token"] == '"ask"'
     assert first["Why"].startswith("no draft")
@@ -351,22 +369,22 @@ def test_draft_token_view_labels_tokens_and_lists_steps():
     assert second["Accepted draft"] == '" not" " what"' and second["Rejected draft"] == '" who"'
     assert second["Main token"] == '"<|endoftext|>"' and second["Why"].startswith("correction")
     assert third["Main token"] == "" and third["Why"].startswith("none: the step ended inside")
-    ids = app._token_ids(synthetic_result(speculative={"steps": steps}))
+    ids = result_token_ids(synthetic_result(speculative={"steps": steps}))
     assert None not in ids and {1, 2, 3, 7, 9, 51} <= ids  # every token the view names
 
 
 def test_half_precision_says_it_can_change_a_token():
-    assert app.precision_note("float32") == ""
+    assert precision_note("float32") == ""
     for dtype in ("float16", "bfloat16"):
-        html = app.render_verdict(synthetic_result(dtype=dtype), PIECES)
+        html = render_verdict(synthetic_result(dtype=dtype), PIECES)
         assert f"Run in {dtype}: half precision can change a token" in html
         assert "γ + 1 rows rounds differently from the baseline&#x27;s one-row steps" in html
-    assert "half precision" not in app.render_verdict(synthetic_result(), PIECES)
+    assert "half precision" not in render_verdict(synthetic_result(), PIECES)
 
 
 def test_models_folder_is_shown_relative_to_the_app(tmp_path):
-    assert app.shown_path(app.HERE / "models") == "`./models`"
-    outside = app.shown_path(tmp_path / "weights")
+    assert shown_path(APP_DIR / "models") == "`./models`"
+    outside = shown_path(tmp_path / "weights")
     assert str(tmp_path) not in outside and "weights" in outside and "SPECWHISPER_MODELS" in outside
 
 
@@ -378,7 +396,7 @@ def test_spectrogram_marks_segments_and_windows():
         {"start_s": 0.0, "end_s": 4.5, "text": "And so my fellow Americans"},
         {"start_s": 4.5, "end_s": 10.5, "text": "ask not what your country can do for you"},
     ]
-    figure = app.audio_figure(samples, synthetic_result(baseline={"segments": segments}))
+    figure = audio_figure(samples, synthetic_result(baseline={"segments": segments}))
     [ax] = [a for a in figure.axes if a.get_title()]  # the spectrogram (no colour bar)
     assert "2 segments" in ax.get_title()
     spans = [p.get_x() for p in ax.patches]
@@ -387,7 +405,7 @@ def test_spectrogram_marks_segments_and_windows():
     assert ax.get_xlim()[1] == pytest.approx(11.0, abs=0.1)
 
     long_audio = np.concatenate([samples] * 6)  # 66 s: 30 s windows at 30 and 60 s
-    figure = app.audio_figure(long_audio, synthetic_result())
+    figure = audio_figure(long_audio, synthetic_result())
     [ax] = figure.axes
     assert [line.get_xdata()[0] for line in ax.lines] == [30.0, 60.0]
     assert "turn on Timestamps" in ax.get_title()
@@ -400,7 +418,7 @@ def test_token_pieces_name_special_tokens(app_models):
     eot, sot = tokenizer.convert_tokens_to_ids(["<|endoftext|>", "<|startoftranscript|>"])
     timestamp = tokenizer.convert_tokens_to_ids("<|1.00|>")
     [letter] = tokenizer.encode("a", add_special_tokens=False)
-    pieces = app.token_pieces(tokenizer, [eot, sot, timestamp, letter])
+    pieces = token_pieces(tokenizer, [eot, sot, timestamp, letter])
     assert pieces == {
         eot: "<|endoftext|>", sot: "<|startoftranscript|>", timestamp: "<|1.00|>", letter: "a"
     }  # fmt: skip
@@ -423,8 +441,8 @@ def test_run_it_yourself_reproduces_the_run(
     tiny_app, tmp_path, monkeypatch, capsys, assistant, engine
 ):
     settings = SETTINGS | dict(assistant=assistant, engine=engine)
-    result = app.run_compare(str(JFK), **settings)  # 16 kHz: no resampler differences
-    snippet = app.reproduce_snippet(result, app._request(**settings))
+    result = run_compare(str(JFK), **settings)  # 16 kHz: no resampler differences
+    snippet = reproduce_snippet(result, compare_request(**settings))
     compile(snippet, "run_it_yourself.py", "exec")  # valid Python as shown
     assert "assistant_model=assistant" in snippet and "num_assistant_tokens = 3" in snippet
     assert 'language="es"' in snippet and "torch.float32" in snippet
@@ -441,7 +459,7 @@ def test_run_it_yourself_reproduces_the_run(
 
 def test_run_it_yourself_gives_an_english_only_main_no_language(tiny_app):
     result = synthetic_result(main="tiny-english (local)", language="en", task=None)
-    snippet = app.reproduce_snippet(result, app._request(**SETTINGS))
+    snippet = reproduce_snippet(result, compare_request(**SETTINGS))
     compile(snippet, "run_it_yourself.py", "exec")
     assert "language=" not in snippet and "task=" not in snippet
 
@@ -451,9 +469,9 @@ def test_agents_get_compare_as_an_mcp_tool(tiny_app):
     import socket
     import urllib.request
 
-    options = app.launch_options()
+    options = launch_options()
     assert options["mcp_server"] is True  # gradio[mcp] is installed
-    demo = app.build_demo()
+    demo = build_demo()
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
@@ -483,30 +501,30 @@ def test_a_bf16_encoder_through_the_page(tiny_app):
     snippet say what each part ran in, and the columns stay token for token."""
     common = dict(language="en", task="transcribe", main="tiny-random-a", repeats=1)
     common |= dict(assistant="tiny-random-b")
-    result = app.run_compare(str(JFK), encoder_dtype="bfloat16", **common)
+    result = run_compare(str(JFK), encoder_dtype="bfloat16", **common)
     assert result["identical"] and result["dtype"] == "float32"
     assert result["precision"] == {
         "encoder": "bfloat16", "decoder": "float32", "draft": "float32, encoder bfloat16",
     }  # fmt: skip
-    verdict = app.render_verdict(result, {})
+    verdict = render_verdict(result, {})
     assert "encoder bfloat16, decoder float32" in verdict
     assert "The encoder ran in bfloat16 for both columns" in verdict
-    assert "| float32 (encoder bfloat16) |" in app.markdown_table(result)
+    assert "| float32 (encoder bfloat16) |" in markdown_table(result)
     req = CompareRequest(main="tiny-random-a", assistant="tiny-random-b", encoder_dtype="bfloat16")
-    snippet = app.reproduce_snippet(result, req)
+    snippet = reproduce_snippet(result, req)
     assert "encoder_dtype = torch.bfloat16" in snippet
     assert "set_encoder_dtype(main, encoder_dtype)" in snippet
     assert "set_encoder_dtype(assistant, encoder_dtype)" in snippet
-    plain = app.run_compare(str(JFK), **common)
+    plain = run_compare(str(JFK), **common)
     assert plain["encoder_dtype"] == "float32"  # auto keeps the model's dtype
-    assert "The encoder ran in" not in app.render_verdict(plain, {})
-    assert "encoder_dtype" not in app.reproduce_snippet(plain, req)
+    assert "The encoder ran in" not in render_verdict(plain, {})
+    assert "encoder_dtype" not in reproduce_snippet(plain, req)
     with pytest.raises(gr.Error, match="Unknown encoder precision 'int4'"):
-        app.run_compare(str(JFK), encoder_dtype="int4", **common)
+        run_compare(str(JFK), encoder_dtype="int4", **common)
 
 
 def test_json_download_keeps_only_the_newest_files():
-    files = app._JsonFiles(keep=3)
+    files = JsonFiles(keep=3)
     paths = [Path(files.write(synthetic_result())) for _ in range(5)]
     assert [p.exists() for p in paths] == [False, False, True, True, True]
 
@@ -518,34 +536,34 @@ def test_sampling_and_fallback_through_the_page(tiny_app):
     # A seed repeats a sampled run exactly with a schedule that does not read the clock (the
     # adaptive one picks gamma from timings, and gamma decides which random number each token uses)
     seeded = dict(assistant="tiny-random-b", temperature=0.9, seed=7, gamma_schedule="constant")
-    sampled = app.run_compare(str(JFK), **seeded, **common)
+    sampled = run_compare(str(JFK), **seeded, **common)
     assert sampled["decoding"] == "sampling" and sampled["temperature"] == 0.9
-    again = app.run_compare(str(JFK), **seeded, **common)
+    again = run_compare(str(JFK), **seeded, **common)
     assert again["speculative"]["token_ids"] == sampled["speculative"]["token_ids"]
     assert again["baseline"]["token_ids"] == sampled["baseline"]["token_ids"]
-    verdict = app.render_verdict(sampled, {})
+    verdict = render_verdict(sampled, {})
     assert "MISMATCH" not in verdict and "temperature 0.9, seed 7" in verdict
     if not sampled["identical"]:
         assert "SAME DISTRIBUTION" in verdict and "identical in distribution" in verdict
-    fallback = app.run_compare(str(JFK), assistant="self-int8", fallback=True, **common)
+    fallback = run_compare(str(JFK), assistant="self-int8", fallback=True, **common)
     assert fallback["decoding"] == "fallback"
     for side in ("baseline", "speculative"):
         assert fallback[side]["window_temperatures"]
-    assert "fallback" in app.render_verdict(fallback, {})
-    snippet = app.reproduce_snippet(
+    assert "fallback" in render_verdict(fallback, {})
+    snippet = reproduce_snippet(
         sampled, CompareRequest(main="tiny-random-a", assistant="b", temperature=0.9, seed=7)
     )
     assert "do_sample=True" in snippet and "temperature=0.9" in snippet
     assert "torch.manual_seed(7)" in snippet and "assistant_model=assistant" in snippet
     req = CompareRequest(main="tiny-random-a", assistant="self-int8", fallback=True)
-    snippet = app.reproduce_snippet(fallback, req)
+    snippet = reproduce_snippet(fallback, req)
     assert "logprob_threshold=-1.0" in snippet and "assistant_model=assistant" not in snippet
     with pytest.raises(gr.Error, match="cannot run Whisper's temperature fallback"):
-        app.run_compare(
+        run_compare(
             str(JFK), assistant="tiny-random-b", engine="transformers", fallback=True, **common
         )
     with pytest.raises(gr.Error, match="temperature must be between"):
-        app.run_compare(str(JFK), assistant="tiny-random-b", temperature=5, **common)
+        run_compare(str(JFK), assistant="tiny-random-b", temperature=5, **common)
 
 
 # --- batch mode -----------------------------------------------------------------------------
@@ -558,7 +576,7 @@ def test_batch_mode_compares_several_files_at_each_batch_size(tiny_app, tmp_path
     rng = np.random.default_rng(0)
     sf.write(long_clip, (rng.standard_normal(16_000 * 65) * 0.1).astype(np.float32), 16_000)
     files = [str(JFK), str(SPANISH), str(long_clip)]
-    summary, rows, chart = app.on_batch(
+    summary, rows, chart = on_batch(
         files, [1, 2], 1, "tiny-random-a (local)", "self-int8", "Auto-detect", progress=None
     )
     assert "Speed-up" in summary and summary.count("<tr>") == 3  # header + two batch sizes
@@ -577,10 +595,10 @@ def test_batch_mode_says_what_is_wrong(tiny_app, tmp_path):
     not_audio.write_text("these are not samples")
     pair = ("tiny-random-a (local)", "self-int8", "Auto-detect")
     with pytest.raises(gr.Error, match="Add one or more audio files"):
-        app.run_batch([], [1], 1, *pair)
+        run_batch([], [1], 1, *pair)
     with pytest.raises(gr.Error, match="at least one batch size"):
-        app.run_batch([str(JFK)], [], 1, *pair)
+        run_batch([str(JFK)], [], 1, *pair)
     with pytest.raises(gr.Error, match="notes.wav: "):
-        app.run_batch([str(JFK), str(not_audio)], [1], 1, *pair)
+        run_batch([str(JFK), str(not_audio)], [1], 1, *pair)
     with pytest.raises(gr.Error, match="Unknown language"):
-        app.run_batch([str(JFK)], [1], 1, "tiny-random-a (local)", "self-int8", "Klingon")
+        run_batch([str(JFK)], [1], 1, "tiny-random-a (local)", "self-int8", "Klingon")

@@ -68,9 +68,9 @@ def server(request: pytest.FixtureRequest) -> Iterator[Server]:
     folder = real if is_real else request.getfixturevalue("app_models")
     with pytest.MonkeyPatch.context() as env:
         env.setenv("SPECWHISPER_MODELS", str(folder))
-        import app
+        from specwhisper.ui import build_demo, launch_options
 
-        demo = app.build_demo()  # not app.demo: that one was built for whatever folder came first
+        demo = build_demo()  # for the folder just set
         with socket.socket() as probe:
             probe.bind(("127.0.0.1", 0))
             port = probe.getsockname()[1]
@@ -79,7 +79,7 @@ def server(request: pytest.FixtureRequest) -> Iterator[Server]:
             server_name="127.0.0.1",
             server_port=port,
             quiet=True,
-            **app.launch_options(),
+            **launch_options(),
         )
         try:
             main = "whisper-tiny.en (local)" if is_real else "tiny-random-a (local)"

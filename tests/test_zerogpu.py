@@ -2,9 +2,10 @@
 
 ZeroGPU runs the `spaces.GPU` function in a worker process forked from the server's; what the
 worker loads is lost with it, and only the server's own memory carries over to the next worker.
-Here every call of the page's device part (`app._on_device`) runs in a fresh forked child, the
-strictest case: the second request for a pair must load nothing, and neither must the first
-request for the default pair once the app has preloaded it. Tiny random checkpoints keep it quick.
+Here every call of the page's device part (`specwhisper.ui.device.on_device`) runs in a fresh
+forked child, the strictest case: the second request for a pair must load nothing, and neither
+must the first request for the default pair once the app has preloaded it. Tiny random
+checkpoints keep it quick.
 """
 
 from __future__ import annotations
@@ -17,10 +18,13 @@ from typing import Any
 
 import pytest
 
-import app
-from specwhisper import models
+from specwhisper import compare, models
 from specwhisper.audio import load_audio
 from specwhisper.compare import CompareRequest
+from specwhisper.ui import device
+from specwhisper.ui.choices import default_pair
+from specwhisper.ui.handlers import run_compare
+from specwhisper.ui.startup import preload_default_pair, preload_wanted
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 SPANISH = Path(__file__).resolve().parents[1] / "examples" / "es_asterisk_priv-introsaved.wav"
@@ -63,7 +67,7 @@ def forked_app(app_models, use_models, tmp_path, monkeypatch):
     for name in ("tiny-random-a", "tiny-random-b"):
         (tmp_path / name).symlink_to(app_models / name, target_is_directory=True)
     use_models(tmp_path)
-    monkeypatch.setattr(app, "_on_device", in_a_fork(app._on_device))
+    monkeypatch.setattr(device, "on_device", in_a_fork(device.on_device))
     models.CACHE.clear()
     yield
     models.CACHE.clear()
@@ -73,9 +77,7 @@ def compare_in_fork(assistant: str) -> tuple[dict[str, Any], float]:
     """One request through the page's API handler; also the seconds the server process (this
     one) spent loading for it."""
     before = models.CACHE.total_load_s
-    result = app.run_compare(
-        str(SPANISH), "auto", "transcribe", "tiny-random-a", assistant, repeats=1
-    )
+    result = run_compare(str(SPANISH), "auto", "transcribe", "tiny-random-a", assistant, repeats=1)
     return result, models.CACHE.total_load_s - before
 
 
@@ -92,8 +94,8 @@ def test_second_request_loads_nothing(forked_app):
 
 
 def test_preloaded_default_pair_loads_nothing_on_the_first_request(forked_app):
-    assert app.default_pair() == ("tiny-random-a (local)", models.SELF_INT8)
-    app.preload_default_pair()
+    assert default_pair() == ("tiny-random-a (local)", models.SELF_INT8)
+    preload_default_pair()
     result, loaded_here = compare_in_fork(models.SELF_INT8)
     assert loaded_here == 0 and result["load_time_s"] == 0
     assert result["identical"] is True
@@ -102,22 +104,22 @@ def test_preloaded_default_pair_loads_nothing_on_the_first_request(forked_app):
 def test_gpu_reservation_counts_loading(forked_app):
     req = CompareRequest(main="tiny-random-a", assistant="tiny-random-b", repeats=1)
     samples = load_audio(SPANISH).samples
-    main, assistant, load_s = app.compare.load_pair(req)
+    main, assistant, load_s = compare.load_pair(req)
     assert load_s > 0
     duration_s = len(samples) / 16_000
     runs_s = 0.2 * (req.repeats + 1) * duration_s  # 2 x (repeats + 1) runs at 10x real time
-    assert app._gpu_seconds(samples, req) >= int(2 * load_s + runs_s)
+    assert device.gpu_seconds(samples, req) >= int(2 * load_s + runs_s)
 
 
 def test_only_the_app_preloads_at_import(monkeypatch):
     monkeypatch.delenv("SPECWHISPER_PRELOAD", raising=False)
     monkeypatch.delenv("SPACE_ID", raising=False)
-    assert app.preload_wanted("app") is False  # tests and tools importing app load nothing
-    assert app.preload_wanted("__main__") is True  # python app.py
+    assert preload_wanted("app") is False  # tests and tools importing app load nothing
+    assert preload_wanted("__main__") is True  # python app.py
     monkeypatch.setenv("SPACE_ID", "someone/specwhisper")
-    assert app.preload_wanted("app") is True  # on a Space, however it is started
+    assert preload_wanted("app") is True  # on a Space, however it is started
     monkeypatch.setenv("SPECWHISPER_PRELOAD", "0")
-    assert app.preload_wanted("__main__") is False
+    assert preload_wanted("__main__") is False
     monkeypatch.setenv("SPECWHISPER_PRELOAD", "1")
     monkeypatch.delenv("SPACE_ID")
-    assert app.preload_wanted("app") is True
+    assert preload_wanted("app") is True

@@ -1,0 +1,29 @@
+"""The web page: one audio, Whisper with and without speculative decoding, side by side, and
+its public `compare` endpoint (also an MCP tool). The only part of specwhisper that imports
+gradio; the engine below it never does. app.py builds the page from here and launches it.
+
+One concern per module:
+  layout     build_demo: the page composed from its sections, and the events wiring them
+  form       the form section: audio and examples, the pair, language, task, advanced settings
+  api        the `compare` endpoint's fields as one table: hidden inputs and the request built
+  handlers   what the endpoint and Compare run: request, audio, loading, device, rendering
+  device     the ZeroGPU-decorated calls that run models, and the GPU time they reserve
+  errors     errors worded for a person
+  verdict    the headline (IDENTICAL or MISMATCH, speed-up, precision) and the two columns
+  tokens     the draft-token view and the step table
+  figure     the spectrogram
+  snippet    "run it yourself": the run in plain transformers
+  exports    the Markdown table, the JSON download, the timings chart's data
+  batch      batch mode's handler: files cut into 30 s rows, the sweep over batch sizes
+  batch_view batch mode's results drawn
+  choices    the mains, the assistants that fit, the starting pair, the examples
+  texts      the page's fixed texts and choice lists
+  startup    preloading the default pair, and the launch options
+
+It does not decode or time models itself.
+"""
+
+from specwhisper.ui.layout import build_demo
+from specwhisper.ui.startup import launch_options, preload_default_pair, preload_wanted
+
+__all__ = ["build_demo", "launch_options", "preload_default_pair", "preload_wanted"]

@@ -1,0 +1,121 @@
+"""What the form offers: the mains, the assistants that fit a main, the pair the page starts on,
+the example clips and their reference texts. It reads the checkpoint registry (specwhisper.models)
+and loads nothing."""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import gradio as gr
+import torch
+
+from specwhisper import models
+from specwhisper.examples import Example, read_manifest
+from specwhisper.models import CheckpointError
+from specwhisper.ui.texts import APP_DIR, models_notice
+
+log = logging.getLogger(__name__)
+
+TURBO = "openai/whisper-large-v3-turbo"  # the main with no assistant but itself (TURBO_NOTE)
+
+
+def default_pair() -> tuple[str, str]:
+    """The (main, assistant) labels the page starts on, for this hardware and Hub access."""
+    return models.default_pair(on_gpu=torch.cuda.is_available(), hub=not models.hub_offline())
+
+
+def main_settings(main: str | None) -> tuple[list[str], str, bool, str]:
+    """(assistant choices, default assistant, English-only?, note) for a main label."""
+    if not main:
+        return [models.SELF_INT8], models.SELF_INT8, False, ""
+    try:
+        ckpt = models.resolve(main, role="main")
+    except CheckpointError as e:
+        return [models.SELF_INT8], models.SELF_INT8, False, str(e)
+    choices = models.assistant_choices(ckpt, include_hub=not models.hub_offline())
+    note = ""
+    if ckpt.english_only:
+        note = (
+            f"{ckpt.label} is English-only: it always transcribes English, so language and task "
+            "are fixed. Pick a multilingual main to choose them."
+        )
+    if ckpt.id == TURBO:
+        note = models.TURBO_NOTE
+    return choices, _default_assistant(choices, ckpt), ckpt.english_only, note
+
+
+def _default_assistant(choices: list[str], main: models.Checkpoint) -> str:
+    """self-int8 where it is offered (CPU); on GPU a distil model, else another one; the main
+    itself only when nothing else can draft for it (turbo on a GPU)."""
+    if models.SELF_INT8 in choices:
+        return models.SELF_INT8
+    others = [c for c in choices if c != main.label]
+    distil = [c for c in others if "distil" in c]
+    return (distil or others or choices)[0]
+
+
+def on_main_change(main: str) -> tuple[Any, Any, Any, Any]:
+    """Offer the assistants that share the main's tokenizer; fix language and task for
+    English-only mains."""
+    choices, assistant, english_only, note = main_settings(main)
+    if english_only:
+        language = gr.update(value="English", interactive=False)
+        task = gr.update(value="transcribe", interactive=False)
+    else:
+        language, task = gr.update(interactive=True), gr.update(interactive=True)
+    note_update = gr.update(value=note, visible=bool(note))
+    return gr.update(choices=choices, value=assistant), language, task, note_update
+
+
+def examples() -> list[Example]:
+    """The example clips under the form; none, with a warning, if their manifest is broken."""
+    try:
+        return read_manifest(APP_DIR / "examples" / "manifest.tsv")
+    except ValueError:
+        log.warning("examples/manifest.tsv is missing or broken; the page has no examples")
+        return []
+
+
+def example_label(example: Example) -> str:
+    """An example's button: language, duration and the first words said."""
+    duration = f"{example.duration_s:.0f} s" if example.duration_s else ""
+    words = example.reference.split()
+    preview = " ".join(words[:6]) + (" …" if len(words) > 6 else "")
+    return " · ".join(x for x in (example.language, duration, f"“{preview}”") if x)
+
+
+def reference_for(audio: str | None) -> str:
+    """The reference text of an example clip, matched by file name; empty for other audio."""
+    if not audio:
+        return ""
+    return {e.path.name: e.reference for e in examples()}.get(Path(audio).name, "")
+
+
+@dataclass(frozen=True)
+class FormStart:
+    """What the form shows as the page loads."""
+
+    mains: list[str]  # every main offered; empty when no checkpoint is available
+    main: str | None  # the default pair's main where offered, else the first; None: no main
+    assistants: list[str]  # the assistants that fit it
+    assistant: str
+    english_only: bool  # language and task fixed to English transcription
+    main_note: str  # what to know about this main ("" for most)
+    notice: str  # above the form: offline mode, or how to get weights ("" online)
+
+
+def form_start() -> FormStart:
+    """The mains on offer and the pair the page starts on, for this hardware and Hub access."""
+    offline = models.hub_offline()
+    mains = [c.label for c in models.main_choices(include_hub=not offline)]
+    main, assistant = default_pair()
+    if main not in mains:  # nothing available: the page says how to get weights
+        main = mains[0] if mains else None
+    assistants, default_assistant, english_only, main_note = main_settings(main)
+    if assistant not in assistants:
+        assistant = default_assistant
+    notice = models_notice(mains, offline)
+    return FormStart(mains, main, assistants, assistant, english_only, main_note, notice)

@@ -1,0 +1,115 @@
+"""The page's device part: the calls that run models on the GPU, and how long they may take.
+
+Loading, the ZeroGPU way. ZeroGPU runs a `spaces.GPU` function (`on_device`, `on_device_batch`)
+in a worker process forked from the server's; what the worker loads dies with it. So models
+load in the server process, never inside the GPU call: the default pair at start-up, on the
+device (ZeroGPU records the `.to("cuda")`, packs those tensors at launch and copies them to the
+GPU in each worker; see startup.preload_default_pair), and any other pair on demand, before the
+GPU call, into the same cache; every worker forked after that starts with it. ZeroGPU only needs
+these functions decorated by the time the server starts: the handlers import this module, so
+app.py's `from specwhisper.ui import ...` decorates them.
+
+Everywhere else (no `spaces` package) they are plain functions. This module does not read audio
+or draw anything.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import gradio as gr
+import numpy as np
+
+from specwhisper import batched, compare
+from specwhisper.audio import SAMPLE_RATE
+from specwhisper.compare import CompareRequest
+
+try:  # ZeroGPU on Hugging Face Spaces; a no-op decorator everywhere else
+    import spaces
+except ImportError:  # pragma: no cover - spaces is in requirements.txt
+    spaces = None
+
+MAX_GPU_S = 600  # the longest ZeroGPU call we ask for
+
+
+def reporter(progress: gr.Progress | None) -> compare.Progress:
+    """gradio's progress bar as the engine's progress callback (silent without one)."""
+
+    def report(fraction: float, what: str) -> None:
+        if progress is not None:
+            progress(fraction, desc=what)
+
+    return report
+
+
+def gpu_seconds(samples: np.ndarray, req: CompareRequest, progress: Any = None) -> int:
+    """ZeroGPU time to reserve, loading included: twice the pair's load time as this process
+    measured it (a worker forked before that load loads it again; a fresh one only copies it to
+    the GPU, which is quicker), 2 x (repeats + 1) runs at 10x real time or faster, and 30 s of
+    slack. The cap is the longest call ZeroGPU takes."""
+    main, assistant, _ = compare.load_pair(req)  # a cache hit: the handler has just loaded them
+    load_s = main.load_time_s + assistant.load_time_s
+    audio_s = len(samples) / SAMPLE_RATE
+    return int(min(MAX_GPU_S, 30 + 2 * load_s + 0.2 * (req.repeats + 1) * audio_s))
+
+
+def on_device(
+    samples: np.ndarray, req: CompareRequest, progress: gr.Progress | None
+) -> dict[str, Any]:
+    """The GPU part: both decoders, timed; the compare API's JSON. Inference only: the pair is
+    a cache hit (on ZeroGPU, its tensors were copied to the GPU as the worker started). Only a
+    worker forked before the pair was loaded has to load it, and its load time says so."""
+    return compare.compare(samples, req, progress=reporter(progress)).to_dict()
+
+
+def batch_gpu_seconds(
+    pieces: list[np.ndarray],
+    languages: list[Any],
+    sizes: list[int],
+    req: CompareRequest,
+    progress: Any = None,
+) -> int:
+    """ZeroGPU time for batch mode: as `gpu_seconds`, once per batch size (two extra baseline
+    runs per row check the batch of one)."""
+    audio_s = sum(len(p) for p in pieces) / SAMPLE_RATE
+    runs = len(sizes) * (2 * (req.repeats + 1) + 1)
+    return int(min(MAX_GPU_S, 30 + 0.1 * runs * audio_s))
+
+
+def on_device_batch(
+    pieces: list[np.ndarray],
+    languages: list[str | None],
+    sizes: list[int],
+    req: CompareRequest,
+    progress: gr.Progress | None,
+) -> list[dict[str, Any]]:
+    """The GPU part of batch mode: inference only, the pair is a cache hit (see on_device)."""
+    main, assistant, _ = compare.load_pair(req)
+    report = reporter(progress)
+    sweep = []
+    alone = None  # each row's tokens in a batch of one, once size 1 has run
+    for k, size in enumerate(sizes):
+
+        def on_batch(i: int, n: int, k: int = k, size: int = size) -> None:
+            report((k + i / n) / len(sizes), f"Batch size {size}: batch {i + 1} of {n}")
+
+        result = batched.compare_batches(
+            main,
+            assistant,
+            pieces,
+            languages,
+            size,
+            repeats=req.repeats,
+            check_batch_of_one=size > 1,
+            batch_of_one=alone,
+            on_batch=on_batch,
+        )
+        sweep.append(result.to_dict())
+        if size == 1:
+            alone = [row.baseline_tokens for row in result.rows]
+    return sweep
+
+
+if spaces is not None:
+    on_device = spaces.GPU(duration=gpu_seconds)(on_device)
+    on_device_batch = spaces.GPU(duration=batch_gpu_seconds)(on_device_batch)

@@ -1,0 +1,129 @@
+"""The page's top section, the form: the audio with its examples, the main and its assistant,
+language and task, the advanced settings, and the Compare button. Builds components; what they
+do when changed or pressed is wired in layout.py."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import gradio as gr
+
+from specwhisper import decoding
+from specwhisper.examples import Example
+from specwhisper.schedule import SCHEDULES
+from specwhisper.ui import texts
+from specwhisper.ui.api import API_FIELDS
+from specwhisper.ui.choices import FormStart, example_label
+
+
+@dataclass(frozen=True)
+class Form:
+    """The form's components; the settings are named as the `compare` endpoint names them."""
+
+    audio: gr.Audio
+    main: gr.Dropdown
+    assistant: gr.Dropdown
+    language: gr.Dropdown
+    task: gr.Radio
+    main_note: gr.Markdown
+    gamma: gr.Slider
+    gamma_schedule: gr.Radio
+    repeats: gr.Slider
+    dtype: gr.Dropdown
+    encoder_dtype: gr.Dropdown
+    engine: gr.Radio
+    timestamps: gr.Checkbox
+    temperature: gr.Slider
+    seed: gr.Number
+    fallback: gr.Checkbox
+    run: gr.Button
+
+    def settings(self) -> dict[str, gr.Component]:
+        """Every setting but the audio, by API field name (on_compare's keyword inputs)."""
+        return {f.name: getattr(self, f.name) for f in API_FIELDS if f.kind != "audio"}
+
+
+def form_section(start: FormStart, examples: list[Example]) -> Form:
+    """The audio on the left; the pair, language, task and advanced settings on the right."""
+    with gr.Row(equal_height=False):
+        with gr.Column(scale=1, min_width=300):
+            audio = _audio_input(examples)
+        with gr.Column(scale=1, min_width=300):
+            main = gr.Dropdown(start.mains, value=start.main, label="Main model (the one you want)")
+            assistant = gr.Dropdown(
+                start.assistants,
+                value=start.assistant,
+                label="Assistant (drafts tokens; same tokenizer as the main)",
+            )
+            with gr.Row(equal_height=False):
+                language = gr.Dropdown(
+                    texts.LANGUAGE_CHOICES,
+                    value="English" if start.english_only else texts.AUTO,
+                    label="Language",
+                    interactive=not start.english_only,
+                    min_width=140,
+                )
+                task = gr.Radio(
+                    ["transcribe", "translate"],
+                    value="transcribe",
+                    label="Task",
+                    interactive=not start.english_only,
+                    min_width=140,
+                )
+            main_note = gr.Markdown(start.main_note, visible=bool(start.main_note))
+            with gr.Accordion("Advanced", open=False):
+                advanced = _advanced_settings()
+            run = gr.Button("Compare", variant="primary", size="lg", interactive=bool(start.mains))
+    return Form(audio, main, assistant, language, task, main_note, **advanced, run=run)
+
+
+def _audio_input(examples: list[Example]) -> gr.Audio:
+    """Upload or record, with the example clips under it."""
+    audio = gr.Audio(
+        sources=["upload", "microphone"],
+        type="filepath",
+        label="Audio (WAV, FLAC, MP3, OGG, M4A or WEBM; or record)",
+    )
+    if examples:
+        gr.Examples(
+            examples=[[str(e.path)] for e in examples],
+            inputs=[audio],
+            example_labels=[example_label(e) for e in examples],
+            label="Examples (with their reference text)",
+        )
+    return audio
+
+
+def _advanced_settings() -> dict[str, gr.Component]:
+    """The settings behind "Advanced", by Form field name."""
+    fields: dict[str, gr.Component] = {}
+    fields["gamma"] = gr.Slider(0, 16, value=5, step=1, label="Draft tokens per step (γ)")
+    fields["gamma_schedule"] = gr.Radio(
+        list(SCHEDULES), value="adaptive", label="γ schedule", info=texts.SCHEDULE_INFO
+    )
+    fields["repeats"] = gr.Slider(1, 10, value=3, step=1, label="Timed repeats per side")
+    fields["dtype"] = gr.Dropdown(texts.DTYPES, value="auto", label="dtype", info=texts.DTYPE_INFO)
+    fields["encoder_dtype"] = gr.Dropdown(
+        texts.ENCODER_DTYPES,
+        value="auto",
+        label="Encoder precision (both columns)",
+        info=texts.encoder_info(),
+    )
+    fields["engine"] = gr.Radio(
+        [(texts.ENGINE_LABELS[e], e) for e in decoding.ENGINES],
+        value="specwhisper",
+        label="Speculative engine",
+        info=texts.ENGINE_INFO,
+    )
+    fields["timestamps"] = gr.Checkbox(False, label="Timestamps (segments in both columns)")
+    with gr.Row():
+        fields["temperature"] = gr.Slider(
+            0.0, 1.0, value=0.0, step=0.1, label="Temperature", info=texts.TEMPERATURE_INFO
+        )
+        fields["seed"] = gr.Number(0, precision=0, label="Seed", minimum=0)
+    fields["fallback"] = gr.Checkbox(
+        False,
+        label="Whisper's temperature fallback (both columns; our engine only)",
+        info=texts.FALLBACK_INFO,
+    )
+    return fields

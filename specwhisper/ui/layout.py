@@ -1,0 +1,224 @@
+"""The page, composed from its sections: the form (form.py), the results, batch mode and the
+hidden `compare` endpoint, each built by a function that returns its components; then the
+events that join them to the handlers. Layout and wiring only: no rendering, no decoding."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import gradio as gr
+
+from specwhisper.ui import texts
+from specwhisper.ui.api import api_components
+from specwhisper.ui.batch import on_batch
+from specwhisper.ui.batch_view import BATCH_COLUMNS
+from specwhisper.ui.choices import examples, form_start, on_main_change, reference_for
+from specwhisper.ui.form import Form, form_section
+from specwhisper.ui.handlers import on_compare, run_compare
+from specwhisper.ui.tokens import ORIGINS, STEP_COLUMNS
+
+
+def build_demo() -> gr.Blocks:
+    """The page and its one public endpoint, `compare`; the queue is configured here too."""
+    start = form_start()
+    with gr.Blocks(title="specwhisper", delete_cache=(1800, 3600)) as demo:
+        gr.Markdown(texts.HEADER)
+        gr.Markdown(start.notice, visible=bool(start.notice))
+        form = form_section(start, examples())
+        results = results_section()
+        batch = batch_section(enabled=bool(start.mains))
+        api = api_section(start.main or "", start.assistant)
+        _wire(form, results, batch, api)
+    demo.queue(max_size=32, default_concurrency_limit=4)
+    return demo
+
+
+@dataclass(frozen=True)
+class Results:
+    """What the Compare button fills in, and the example's reference text."""
+
+    verdict: gr.HTML
+    reference: gr.Textbox
+    baseline: gr.HTML
+    speculative: gr.HTML
+    spectrogram: gr.Plot
+    origins: gr.HighlightedText
+    steps: gr.Dataframe
+    snippet: gr.Code
+    markdown: gr.Code
+    json_file: gr.File
+    timings: gr.BarPlot
+
+    def outputs(self) -> list[gr.Component]:
+        """on_compare's outputs, in its order."""
+        return [
+            self.verdict,
+            self.baseline,
+            self.speculative,
+            self.spectrogram,
+            self.origins,
+            self.steps,
+            self.snippet,
+            self.markdown,
+            self.json_file,
+            self.timings,
+        ]
+
+
+def results_section() -> Results:
+    """The verdict, the reference, the two columns, then the views under them."""
+    verdict = gr.HTML(texts.VERDICT_PLACEHOLDER)
+    reference = gr.Textbox(
+        label="Reference (what is said in the example clip)",
+        interactive=False,
+        lines=2,
+        max_lines=8,
+    )
+    with gr.Row(equal_height=False):
+        with gr.Column(min_width=300):
+            baseline = gr.HTML()
+        with gr.Column(min_width=300):
+            speculative = gr.HTML()
+    with gr.Accordion("The audio: what Whisper reads, and the segments", open=False):
+        spectrogram = gr.Plot(show_label=False)
+    with gr.Accordion("Draft-token view: who produced each token", open=True):
+        origins, steps = _token_views()
+    with gr.Accordion("Run it yourself: this run in plain transformers", open=False):
+        snippet = gr.Code(language="python", label="Python", buttons=["copy"])
+    with gr.Accordion("Results for bloggers", open=False):
+        exports = _exports()
+    return Results(
+        verdict, reference, baseline, speculative, spectrogram, origins, steps, snippet, *exports
+    )
+
+
+def _token_views() -> tuple[gr.HighlightedText, gr.Dataframe]:
+    """The transcript coloured by who produced each token, and the table of steps."""
+    origins = gr.HighlightedText(
+        label="Speculative transcript, token by token",
+        color_map={label: color for color, label in ORIGINS.values()},
+        show_legend=True,
+        show_inline_category=False,
+    )
+    steps = gr.Dataframe(
+        headers=STEP_COLUMNS,
+        label="Steps: what the assistant drafted and what the main model kept",
+        interactive=False,
+        wrap=True,
+        max_height=420,
+        column_widths=["7%", "9%", "26%", "18%", "14%", "26%"],
+    )
+    return origins, steps
+
+
+def _exports() -> tuple[gr.Code, gr.File, gr.BarPlot]:
+    """The Markdown table and the JSON file on the left, the timings chart on the right."""
+    with gr.Row(equal_height=False):
+        with gr.Column(min_width=300):
+            markdown = gr.Code(
+                language="markdown", label="Copy as Markdown", buttons=["copy"], wrap_lines=True
+            )
+            json_file = gr.File(label="Download the JSON")
+        with gr.Column(min_width=300):
+            timings = gr.BarPlot(
+                x="run",
+                y="seconds",
+                title="Generation time (median)",
+                y_title="s",
+                y_lim=[0, None],  # bars from zero, or a small gap looks huge
+            )
+    return markdown, json_file, timings
+
+
+@dataclass(frozen=True)
+class Batch:
+    """Batch mode's inputs, its button and its three outputs."""
+
+    files: gr.File
+    sizes: gr.CheckboxGroup
+    repeats: gr.Slider
+    run: gr.Button
+    summary: gr.HTML
+    chart: gr.LinePlot
+    table: gr.Dataframe
+
+
+def batch_section(enabled: bool) -> Batch:
+    """Several files, batched baseline against batched speculative, in a closed accordion."""
+    with gr.Accordion(
+        "Batch mode: several files, batched baseline vs batched speculative", open=False
+    ):
+        gr.Markdown(texts.BATCH_INTRO)
+        with gr.Row(equal_height=False):
+            with gr.Column(min_width=300):
+                files = gr.File(file_count="multiple", file_types=["audio"], label="Audio files")
+            with gr.Column(min_width=300):
+                sizes = gr.CheckboxGroup(
+                    texts.BATCH_SIZES, value=[1, 4], label="Batch sizes to compare"
+                )
+                repeats = gr.Slider(1, 5, value=1, step=1, label="Timed repeats")
+                run = gr.Button("Compare in batches", interactive=enabled)
+        summary = gr.HTML()
+        chart = gr.LinePlot(
+            x="batch size",
+            y="speed-up",
+            color="series",
+            title="Speed-up over the batched baseline",
+            y_lim=[0, None],
+        )
+        table = gr.Dataframe(
+            headers=BATCH_COLUMNS,
+            label="Rows (largest batch size)",
+            interactive=False,
+            wrap=True,
+            max_height=420,
+        )
+    return Batch(files, sizes, repeats, run, summary, chart, table)
+
+
+@dataclass(frozen=True)
+class Api:
+    """The `compare` endpoint's hidden inputs (api.API_FIELDS), its output and its trigger."""
+
+    inputs: list[gr.Component]
+    output: gr.JSON
+    button: gr.Button
+
+
+def api_section(main: str, assistant: str) -> Api:
+    """The public API: plain types in hidden components, so `audio` takes handle_file(...) and
+    `language`/`main` take codes or any checkpoint id, not just the listed names."""
+    with gr.Group(visible=False):
+        inputs = api_components(main, assistant)
+        output = gr.JSON(label="comparison")
+        button = gr.Button()
+    return Api(inputs, output, button)
+
+
+def _wire(form: Form, results: Results, batch: Batch, api: Api) -> None:
+    """The events. Timed runs (the API, Compare, Compare in batches) share one slot, so two
+    requests never slow each other down; only `compare` is public."""
+    timed = dict(concurrency_limit=1, concurrency_id="compare")
+    api.button.click(run_compare, api.inputs, api.output, api_name="compare", **timed)
+    form.run.click(
+        on_compare,
+        [form.audio],
+        results.outputs(),
+        inputs_kwargs=form.settings(),
+        api_visibility="private",
+        **timed,
+    )
+    form.main.change(
+        on_main_change,
+        form.main,
+        [form.assistant, form.language, form.task, form.main_note],
+        api_visibility="private",
+    )
+    form.audio.change(reference_for, form.audio, results.reference, api_visibility="private")
+    batch.run.click(
+        on_batch,
+        [batch.files, batch.sizes, batch.repeats, form.main, form.assistant, form.language],
+        [batch.summary, batch.table, batch.chart],
+        api_visibility="private",
+        **timed,
+    )

@@ -1,0 +1,52 @@
+"""What app.py does once at start-up besides building the page: load the default pair ahead of
+the first visitor where that is wanted, and the options the server launches with."""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import os
+from typing import Any
+
+import torch
+
+from specwhisper import compare
+from specwhisper.audio import AudioLimits
+from specwhisper.compare import CompareError, CompareRequest
+from specwhisper.models import CheckpointError
+from specwhisper.ui.choices import default_pair
+
+log = logging.getLogger(__name__)
+
+
+def preload_wanted(module_name: str) -> bool:
+    """Whether importing the app loads the default pair: SPECWHISPER_PRELOAD=1 or 0 if set;
+    otherwise only when running as the app (`python app.py`, or on a Space, which sets SPACE_ID),
+    so that tools importing the app's module pay no load."""
+    flag = os.environ.get("SPECWHISPER_PRELOAD", "").strip().lower()
+    if flag:
+        return flag in ("1", "true", "yes", "on")
+    return module_name == "__main__" or bool(os.environ.get("SPACE_ID"))
+
+
+def preload_default_pair() -> None:
+    """Load the page's default pair now, on the device. On ZeroGPU, tensors moved to CUDA before
+    launch are packed to disk at launch and copied to the GPU in every worker, so no visitor
+    waits for the default pair (the ZeroGPU way: load at module level, only infer inside; see
+    specwhisper.ui.device)."""
+    main, assistant = default_pair()
+    try:
+        compare.load_pair(CompareRequest(main=main, assistant=assistant))
+    except (CheckpointError, CompareError) as e:  # the page still starts, and says why later
+        log.warning("The default pair %s + %s was not preloaded: %s", main, assistant, e)
+
+
+def launch_options() -> dict[str, Any]:
+    """Keyword arguments for demo.launch(): the upload limit (SPECWHISPER_MAX_FILE_MB), and the
+    MCP server, so agents can call `compare` as a tool, when gradio's `mcp` extra is installed
+    (`gradio[mcp]`; without it gradio refuses to launch with mcp_server=True)."""
+    limits = AudioLimits.from_env(on_gpu=torch.cuda.is_available())
+    mcp = importlib.util.find_spec("mcp") is not None
+    if not mcp:
+        log.warning('The MCP server is off: install gradio with its extra, "gradio[mcp]".')
+    return {"max_file_size": limits.max_file_bytes, "mcp_server": mcp}
