@@ -3,6 +3,8 @@ its renderers never hide a mismatch. The server and its public API are in test_a
 
 from __future__ import annotations
 
+import dataclasses
+import inspect
 from pathlib import Path
 
 import gradio as gr
@@ -11,7 +13,7 @@ import pytest
 
 from specwhisper import compare, models
 from specwhisper.compare import CompareRequest
-from specwhisper.ui.api import compare_request
+from specwhisper.ui.api import API_FIELDS, compare_request
 from specwhisper.ui.batch import on_batch, run_batch
 from specwhisper.ui.choices import TURBO, default_pair, on_main_change, reference_for
 from specwhisper.ui.errors import GENERIC_ERROR
@@ -146,6 +148,20 @@ def test_page_builds_offline_with_local_checkpoints_only(tiny_app):
     timed = [f for f in demo.fns.values() if f.fn in (run_compare, on_compare)]
     assert {f.api_name for f in timed} == {"compare", "on_compare"}
     assert all(f.concurrency_limit == 1 and f.concurrency_id == "compare" for f in timed)
+
+
+def test_api_fields_follow_run_compare():
+    """The hidden API inputs and the request builder read one table; it must list run_compare's
+    parameters (gradio names the endpoint's from that signature) in order, with its defaults
+    where it has them, and every field but the audio is a CompareRequest field."""
+    parameters = list(inspect.signature(run_compare).parameters.values())[:-1]  # not progress
+    assert [f.name for f in API_FIELDS] == [p.name for p in parameters]
+    for field, parameter in zip(API_FIELDS, parameters, strict=True):
+        if parameter.default is not inspect.Parameter.empty:
+            assert field.default == parameter.default, field.name
+    request_fields = [f.name for f in dataclasses.fields(CompareRequest)]
+    assert sorted(f.name for f in API_FIELDS[1:]) == sorted(request_fields)
+    assert compare_request(main="m", assistant="a", gamma=5, repeats=3) == CompareRequest("m", "a")
 
 
 def test_page_without_any_checkpoint_says_how_to_get_weights(use_models, tmp_path):

@@ -31,7 +31,9 @@ class ApiField:
 
     name: str  # run_compare's parameter, and CompareRequest's field (but audio)
     kind: str  # "audio", "text", "whole" (an integer), "number" or "flag"
-    default: Any = None  # run_compare's default; None where it has none
+    # what a caller who leaves it out gets, and a cleared field: run_compare's default where it
+    # has one; None for the audio and the pair (the page's pair fills those in)
+    default: Any = None
     required: bool = False  # a cleared field is refused, not read as the default
 
     def component(self, value: Any) -> gr.Component:
