@@ -11,7 +11,7 @@ keeps the medians. It prints a table (progress bar on stderr), writes `results.j
 hardware and library versions.
 
 The formulas (speed-up, acceptance alpha, cost ratio c, Leviathan's prediction) are
-compare.Comparison's; totals apply them to all clips' decoding runs pooled. It does not
+specwhisper.metrics'; totals apply them to all clips' decoding runs pooled. It does not
 download anything a manifest names, retry failed clips, or judge speed: clips whose
 transcripts differ are reported in the JSON, and the exit code is still 0. Bad input (manifest,
 audio file, checkpoint, pair, language), and a GPU running out of memory, is one line on
@@ -40,7 +40,16 @@ import numpy as np
 import torch
 
 import specwhisper
-from specwhisper import bench_batch, compare, decoding, drafters, examples, models, schedule
+from specwhisper import (
+    bench_batch,
+    compare,
+    decoding,
+    drafters,
+    examples,
+    metrics,
+    models,
+    schedule,
+)
 from specwhisper.audio import SAMPLE_RATE, AudioLimits, load_audio
 from specwhisper.compare import CompareRequest, Comparison
 from specwhisper.decoding import WINDOW_S, DecodeResult
@@ -95,7 +104,8 @@ class ClipResult:
         return self.peer.speculative.time_s / self.ours.speculative.time_s
 
     def to_dict(self) -> dict[str, Any]:
-        base, s = self.ours.baseline, self.scored
+        s = self.scored
+        baseline = compare.side_json(self.ours.baseline, self.ours.baseline_times_s, tokens=False)
         row = {
             "file": self.clip.name,
             "category": self.clip.category,
@@ -103,14 +113,7 @@ class ClipResult:
             "duration_s": round(self.ours.duration_s, 3),
             "reference": self.clip.reference,
             "normalized_reference": s.reference,
-            "baseline": {
-                "text": base.text,
-                "time_s": round(base.time_s, 4),
-                "times_s": [round(t, 4) for t in self.ours.baseline_times_s],
-                "n_tokens": base.n_tokens,
-                "n_main_forwards": base.n_main_forwards,
-                "wer": _round(wer([(s.reference, s.baseline)])),
-            },
+            "baseline": baseline | {"wer": _round(wer([(s.reference, s.baseline)]))},
             "speculative": _side_dict(self.ours, wer([(s.reference, s.speculative)])),
         }
         if self.peer is not None and s.peer is not None:
@@ -120,28 +123,10 @@ class ClipResult:
 
 
 def _side_dict(c: Comparison, error_rate: float | None) -> dict[str, Any]:
-    r = c.speculative
-    return {
-        "engine": c.engine,
-        "text": r.text,
-        "time_s": round(r.time_s, 4),
-        "times_s": [round(t, 4) for t in c.speculative_times_s],
-        "n_tokens": r.n_tokens,
-        "n_main_forwards": r.n_main_forwards,
-        "identical": c.identical,
-        "first_divergence": c.first_divergence,
-        "speedup": round(c.speedup, 4),
-        "acceptance_rate": round(r.acceptance_rate, 4),
-        "tokens_per_main_forward": round(r.tokens_per_main_forward, 3),
-        "n_draft_tokens": r.n_draft_tokens,
-        "n_accepted": r.n_accepted,
-        "alpha": round(c.alpha, 4),
-        "mean_gamma": round(c.mean_gamma, 3),
-        "cost_ratio": round(c.cost_ratio, 4),
-        "predicted_speedup": round(c.predicted_speedup, 4),
-        "predicted_end_to_end": round(c.predicted_end_to_end, 4),
-        "wer": _round(error_rate),
-    }
+    """One speculative side of a clip row: the API's side JSON without token ids and steps, what
+    its runs mean, and its WER."""
+    side = compare.side_json(c.speculative, c.speculative_times_s, drafts=True, tokens=False)
+    return side | c.outcome() | {"wer": _round(error_rate)}
 
 
 @dataclass(frozen=True)
@@ -318,9 +303,10 @@ def join_clips(
     return joined
 
 
-def check_clips(req: CompareRequest, clips: list[Clip]) -> None:
-    """Every clip's language must suit the main; raise BenchError before anything loads."""
-    main, _ = compare.check_request(req)
+def check_clips(checked: compare.CheckedRequest, clips: list[Clip]) -> None:
+    """Every clip's language must suit the main; raise BenchError before anything loads (each
+    clip's language is already a Whisper code, read by compare.language_code)."""
+    main = checked.main
     others = sorted({c.language for c in clips if c.language not in (None, "en")})
     if main.english_only and others:
         n = sum(c.language in others for c in clips)
@@ -328,8 +314,6 @@ def check_clips(req: CompareRequest, clips: list[Clip]) -> None:
             f"{main.label} is English-only, but {n} selected clip(s) are in {', '.join(others)}. "
             "Select English clips (--filter, --category) or pick a multilingual main."
         )
-    for code in {c.language for c in clips}:
-        compare.check_request(dataclasses.replace(req, language=code or "auto"))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -416,49 +400,26 @@ def wer(pairs: list[tuple[str, str]]) -> float | None:
     return float(jiwer.wer([ref for ref, _ in pairs], [hyp for _, hyp in pairs]))
 
 
-def _pooled(results: list[DecodeResult]) -> DecodeResult:
-    """All clips' runs of one side as if they were one run, for Comparison's formulas."""
-    return DecodeResult(
-        text="",
-        token_ids=(),
-        time_s=sum(r.time_s for r in results),
-        n_tokens=sum(r.n_tokens for r in results),
-        n_main_forwards=sum(r.n_main_forwards for r in results),
-        engine=results[0].engine,
-        n_draft_tokens=sum(r.n_draft_tokens for r in results),
-        n_accepted=sum(r.n_accepted for r in results),
-        n_windows=sum(r.n_windows for r in results),
-        steps=tuple(step for r in results for step in r.steps),
-        main_forward_s=sum(r.main_forward_s for r in results),
-        draft_s=sum(r.draft_s for r in results),
-        encoder_s=sum(r.encoder_s for r in results),
-    )
-
-
 def side_totals(comparisons: list[Comparison], pairs: list[tuple[str, str]]) -> SideTotals:
-    """Totals of one side; `pairs` are the normalized (reference, transcript) of each clip."""
-    pooled = dataclasses.replace(
-        comparisons[0],
-        baseline=_pooled([c.baseline for c in comparisons]),
-        speculative=_pooled([c.speculative for c in comparisons]),
-        baseline_times_s=(),
-        speculative_times_s=(),
-    )
+    """Totals of one side, every clip's runs pooled; `pairs` are the normalized (reference,
+    transcript) of each clip."""
+    base = [c.baseline for c in comparisons]
+    spec = [c.speculative for c in comparisons]
     speedups = [c.speedup for c in comparisons]
     return SideTotals(
         identical_clips=sum(c.identical for c in comparisons),
-        time_s=pooled.speculative.time_s,
-        speedup=pooled.speedup,
+        time_s=sum(r.time_s for r in spec),
+        speedup=metrics.speedup(base, spec),
         median_clip_speedup=statistics.median(speedups),
         min_clip_speedup=min(speedups),
         wer=wer(pairs),
-        acceptance_rate=pooled.speculative.acceptance_rate,
-        tokens_per_main_forward=pooled.speculative.tokens_per_main_forward,
-        alpha=pooled.alpha,
-        mean_gamma=pooled.mean_gamma,
-        cost_ratio=pooled.cost_ratio,
-        predicted_speedup=pooled.predicted_speedup,
-        predicted_end_to_end=pooled.predicted_end_to_end,
+        acceptance_rate=metrics.acceptance_rate(spec),
+        tokens_per_main_forward=metrics.tokens_per_main_forward(spec),
+        alpha=metrics.alpha(spec),
+        mean_gamma=metrics.mean_gamma(spec),
+        cost_ratio=metrics.cost_ratio(base, spec),
+        predicted_speedup=metrics.predicted_speedup(base, spec),
+        predicted_end_to_end=metrics.predicted_end_to_end(base, spec),
     )
 
 
@@ -880,13 +841,13 @@ def main(argv: list[str] | None = None) -> int:
     hf_logging.set_verbosity_error()  # per-call generate chatter would bury the progress bar
     req = request(args)
     try:  # 1. every input checked and every clip decoded before anything is timed
-        compare.check_request(req)
+        checked = compare.check_request(req)
         filters = dict(pattern=args.filter, category=args.category, limit=args.limit)
         clips = select_clips(args.manifest, language=args.language, **filters)
         if args.join:
             clips = join_clips(clips, args.join)
-        check_clips(req, clips)
-        main_model, assistant, load_s = compare.load_pair(req)
+        check_clips(checked, clips)
+        main_model, assistant, load_s = compare.load_pair(checked)
     except ValueError as e:  # BenchError, CompareError, CheckpointError, AudioError
         print(f"error: {e}", file=sys.stderr, flush=True)
         return EXIT_BAD_INPUT

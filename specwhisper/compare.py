@@ -1,8 +1,10 @@
-"""One audio -> baseline vs speculative comparison. The app, its API and the benchmark share it.
+"""One audio -> baseline vs speculative comparison. The page, its API and the benchmark share it.
 
-Validates the request (checkpoints, pair, language, task), loads the pair through the model cache
-(load time kept apart from generation time), runs both decoders alternately with warm-up and
-device sync, and returns a Comparison whose `to_dict()` is the public `compare` API's JSON.
+Checks a request once (checkpoints, pair, language, task, precisions) into a CheckedRequest,
+loads the pair through the model cache (load time kept apart from generation time), runs both
+decoders alternately with warm-up and device sync, and returns a Comparison (the request, the
+set-up and the two runs) whose `to_dict()` is the public `compare` API's JSON. What the runs
+mean (speed-up, alpha, c, the predictions) is computed in metrics.
 
 It does not decode audio files (see audio) and knows nothing about Gradio.
 """
@@ -12,7 +14,6 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
@@ -20,7 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from specwhisper import decoding, drafters, models
+from specwhisper import decoding, drafters, metrics, models
 from specwhisper.audio import SAMPLE_RATE
 from specwhisper.decoding import DecodeOptions, DecodeResult, Features
 from specwhisper.timing import Timings, alternate, device_name
@@ -96,7 +97,21 @@ TRANSFORMERS_TIMESTAMPS = (
 )
 
 
-def check_request(req: CompareRequest) -> tuple[models.Checkpoint, str | models.Checkpoint]:
+@dataclass(frozen=True)
+class CheckedRequest:
+    """A request that passed `check_request`, with what it names resolved: the loaders, compare()
+    and the bench take it, so one request is checked once however many steps it goes through."""
+
+    request: CompareRequest
+    main: models.Checkpoint
+    assistant: models.Checkpoint | str  # a checkpoint, or models.SELF_INT8
+    language: str | None  # the Whisper code; None: auto-detect
+    device: torch.device
+    dtype: torch.dtype  # the decoders' weights
+    encoder_dtype: torch.dtype  # the main's encoder (the same as dtype unless asked otherwise)
+
+
+def check_request(req: CompareRequest) -> CheckedRequest:
     """Validate a request before anything loads; raise CompareError or CheckpointError."""
     main = models.resolve(req.main, role="main")
     if main.decoder_only:
@@ -130,48 +145,33 @@ def check_request(req: CompareRequest) -> tuple[models.Checkpoint, str | models.
     if not 1 <= req.repeats <= 20:
         raise CompareError("Repeats must be between 1 and 20.")
     device = models.default_device()  # unknown precisions are refused before anything loads
-    models.resolve_encoder_dtype(req.encoder_dtype, device, models.resolve_dtype(req.dtype, device))
-    return main, assistant
+    dtype = models.resolve_dtype(req.dtype, device)
+    encoder_dtype = models.resolve_encoder_dtype(req.encoder_dtype, device, dtype)
+    return CheckedRequest(req, main, assistant, code, device, dtype, encoder_dtype)
+
+
+def checked(req: CompareRequest | CheckedRequest) -> CheckedRequest:
+    """The request checked: a CheckedRequest as it is, a CompareRequest through check_request."""
+    return req if isinstance(req, CheckedRequest) else check_request(req)
 
 
 @dataclass(frozen=True)
-class Comparison:
-    """Both runs of one audio, with their median timings and what they mean."""
+class Setup:
+    """What a comparison ran on: the loaded pair, where and in what precision, and the audio."""
 
-    baseline: DecodeResult  # time_s is the median over repeats
-    speculative: DecodeResult
-    baseline_times_s: tuple[float, ...]  # every timed repeat
-    speculative_times_s: tuple[float, ...]
-    main: str
-    assistant: str
+    main: str  # the main's label
+    assistant: str  # the assistant's label ("self-int8" for the main's int8 copy)
+    main_revision: str | None  # Hub commit hash of the main's snapshot; None: local folder
+    assistant_revision: str | None  # the assistant's (self-int8: its main's)
     device: str
-    dtype: str
-    engine: str
-    repeats: int
-    gamma: int  # requested draft tokens (the start value for adaptive/heuristic)
-    gamma_schedule: str
+    dtype: str  # the main's decoder (the baseline's steps and the speculative verify passes)
+    encoder_dtype: str  # the main's encoder, shared by both columns
+    assistant_dtype: str  # the assistant's weights, with its own encoder's where that differs
+    draft_cross_attention: str | None  # drafters.cross_precision: the lean self-int8 draft's
+    language: str | None  # the Whisper code decoded with; None: auto-detected
+    task: str | None  # None for English-only mains, which take no task token
     load_time_s: float  # loading both checkpoints in this request (0 when cached)
     duration_s: float  # audio length
-    language: str | None  # as requested (None: auto-detected)
-    task: str | None
-    main_revision: str | None = None  # Hub commit hash of the main's snapshot; None: local folder
-    assistant_revision: str | None = None  # the assistant's (self-int8: its main's)
-    decoding: str = "greedy"  # greedy | sampling | fallback (CompareRequest.decoding)
-    temperature: float = 0.0
-    seed: int = 0
-    draft_cross_attention: str | None = None  # drafters.cross_precision
-    assistant_dtype: str = ""  # the assistant's weights ("" read as `dtype`)
-    encoder_dtype: str = ""  # the main's encoder (both columns share it); "" read as `dtype`
-
-    @property
-    def precision(self) -> dict[str, str]:
-        """What each part ran in: the main's encoder (shared by both columns), its decoder (the
-        baseline's steps and the speculative verify passes) and the draft."""
-        return {
-            "encoder": self.encoder_dtype or self.dtype,
-            "decoder": self.dtype,
-            "draft": self.draft_precision,
-        }
 
     @property
     def draft_precision(self) -> str:
@@ -179,7 +179,68 @@ class Comparison:
             return f"int8 weights, {self.draft_cross_attention} cross-attention keys/values"
         if self.assistant.startswith(models.SELF_INT8):
             return "int8 weights"
-        return self.assistant_dtype or self.dtype
+        return self.assistant_dtype
+
+    @property
+    def precision(self) -> dict[str, str]:
+        """What each part ran in: the main's encoder (shared by both columns), its decoder and
+        the draft."""
+        return {"encoder": self.encoder_dtype, "decoder": self.dtype, "draft": self.draft_precision}
+
+
+def setup_of(
+    req: CompareRequest,
+    main: models.Loaded,
+    assistant: models.Loaded,
+    *,
+    language: str | None,
+    load_time_s: float,
+    duration_s: float,
+) -> Setup:
+    return Setup(
+        main=main.checkpoint.label,
+        assistant=assistant.checkpoint.label,
+        main_revision=main.revision,
+        assistant_revision=assistant.revision,
+        device=device_name(main.device),
+        dtype=models.dtype_name(main.dtype),
+        encoder_dtype=models.dtype_name(main.encoder_precision),
+        assistant_dtype=_precision_of(assistant),
+        draft_cross_attention=drafters.cross_precision(assistant, req.engine),
+        language=language,
+        task=None if main.checkpoint.english_only else req.task,
+        load_time_s=load_time_s,
+        duration_s=duration_s,
+    )
+
+
+def _precision_of(loaded: models.Loaded) -> str:
+    """A loaded assistant's weights, with its own encoder's where that differs."""
+    encoder = loaded.encoder_precision
+    if encoder is None or encoder == loaded.dtype:
+        return models.dtype_name(loaded.dtype)
+    return f"{models.dtype_name(loaded.dtype)}, encoder {models.dtype_name(encoder)}"
+
+
+@dataclass(frozen=True)
+class Comparison:
+    """One audio decoded by the baseline and by a speculative engine: the request, what it ran
+    on, and both runs (each run's time_s is the median of its timed repeats)."""
+
+    request: CompareRequest  # this side's request (the peer's: the engine and gamma it ran)
+    setup: Setup
+    baseline: DecodeResult
+    speculative: DecodeResult
+    baseline_times_s: tuple[float, ...]  # every timed repeat
+    speculative_times_s: tuple[float, ...]
+
+    @property
+    def engine(self) -> str:
+        return self.request.engine
+
+    @property
+    def duration_s(self) -> float:
+        return self.setup.duration_s
 
     @property
     def identical(self) -> bool:
@@ -191,143 +252,110 @@ class Comparison:
 
     @property
     def speedup(self) -> float:
-        return self.baseline.time_s / self.speculative.time_s if self.speculative.time_s else 0.0
+        return metrics.speedup([self.baseline], [self.speculative])
 
-    @property
-    def alpha(self) -> float:
-        """Per-token acceptance probability, from the geometric model of each step."""
-        accepted = sum(s.n_accepted for s in self.speculative.steps)
-        rejections = sum(1 for s in self.speculative.steps if s.n_accepted < len(s.drafted))
-        trials = accepted + rejections
-        return accepted / trials if trials else 0.0
-
-    @property
-    def mean_gamma(self) -> float:
-        drafted = [len(s.drafted) for s in self.speculative.steps if s.drafted]
-        return statistics.fmean(drafted) if drafted else 0.0
-
-    @property
-    def cost_ratio(self) -> float:
-        """c: one draft token's time over one main decoder step's time (baseline steps)."""
-        spec, base = self.speculative, self.baseline
-        if not spec.n_draft_tokens or not base.n_main_forwards or not base.main_forward_s:
-            return 0.0
-        return (spec.draft_s / spec.n_draft_tokens) / (base.main_forward_s / base.n_main_forwards)
-
-    @property
-    def predicted_speedup(self) -> float:
-        """Leviathan et al.'s expected speed-up of the decoding loop, from the measured
-        acceptance and cost ratio at the mean gamma: (1 - a^(g+1)) / ((1 - a)(g c + 1))."""
-        if self.cost_ratio == 0:
-            return 1.0
-        return leviathan_speedup(self.alpha, self.mean_gamma, self.cost_ratio)
-
-    @property
-    def predicted_end_to_end(self) -> float:
-        """The prediction for what is timed: the baseline's encoder time, its main decoder passes
-        sped up by `predicted_speedup`, and its per-pass overhead (logits processing, Python)
-        paid once per main pass of the speculative run."""
-        base, spec = self.baseline, self.speculative
-        if not base.time_s or not base.n_main_forwards:
-            return 1.0
-        overhead = max(base.time_s - base.encoder_s - base.main_forward_s, 0.0)
-        per_pass = overhead / base.n_main_forwards
-        predicted_s = (
-            base.encoder_s
-            + base.main_forward_s / self.predicted_speedup
-            + per_pass * spec.n_main_forwards
-        )
-        return base.time_s / predicted_s if predicted_s > 0 else 1.0
-
-    def to_dict(self) -> dict[str, Any]:
-        """The `compare` API's JSON."""
-
-        def side(r: DecodeResult, times: tuple[float, ...]) -> dict[str, Any]:
-            d = {
-                "text": r.text,
-                "token_ids": list(r.token_ids),
-                "time_s": round(r.time_s, 4),
-                "times_s": [round(t, 4) for t in times],
-                "n_tokens": r.n_tokens,
-                "tokens_per_s": round(r.n_tokens / r.time_s, 2) if r.time_s else 0.0,
-                "n_main_forwards": r.n_main_forwards,
-                "n_windows": r.n_windows,
-                "engine": r.engine,
-            }
-            if r.segments:
-                d["segments"] = [dataclasses.asdict(s) for s in r.segments]
-            if r.window_temperatures:
-                d["window_temperatures"] = list(r.window_temperatures)
-            return d
-
-        spec = side(self.speculative, self.speculative_times_s)
-        spec |= {
-            "acceptance_rate": round(self.speculative.acceptance_rate, 4),
-            "tokens_per_main_forward": round(self.speculative.tokens_per_main_forward, 3),
-            "n_draft_tokens": self.speculative.n_draft_tokens,
-            "n_accepted": self.speculative.n_accepted,
-            "steps": [
-                {"drafted": list(s.drafted), "n_accepted": s.n_accepted, "main_token": s.main_token}
-                for s in self.speculative.steps
-            ],
-        }
+    def outcome(self) -> dict[str, Any]:
+        """Whether the speculative run kept the baseline's tokens and what the runs mean (the
+        metrics formulas, rounded): the API's top level, and each side of a bench row."""
+        base, spec = [self.baseline], [self.speculative]
         return {
-            "baseline": side(self.baseline, self.baseline_times_s),
-            "speculative": spec,
             "identical": self.identical,
             "first_divergence": self.first_divergence,
             "speedup": round(self.speedup, 4),
-            "predicted_speedup": round(self.predicted_speedup, 4),
-            "predicted_end_to_end": round(self.predicted_end_to_end, 4),
-            "cost_ratio": round(self.cost_ratio, 4),
-            "mean_gamma": round(self.mean_gamma, 3),
-            "alpha": round(self.alpha, 4),
-            "gamma": self.gamma,
-            "gamma_schedule": self.gamma_schedule,
-            "main": self.main,
-            "assistant": self.assistant,
-            "main_revision": self.main_revision,
-            "assistant_revision": self.assistant_revision,
-            "device": self.device,
-            "dtype": self.dtype,
-            "encoder_dtype": self.precision["encoder"],
-            "precision": self.precision,
-            "draft_cross_attention": self.draft_cross_attention,
-            "engine": self.engine,
-            "decoding": self.decoding,
-            "temperature": self.temperature,
-            "seed": self.seed,
-            "repeats": self.repeats,
-            "timing": f"median of {self.repeats} after warm-up, device synchronized",
-            "load_time_s": round(self.load_time_s, 3),
-            "duration_s": round(self.duration_s, 3),
-            "language": self.language or "auto",
-            "task": self.task,
+            "predicted_speedup": round(metrics.predicted_speedup(base, spec), 4),
+            "predicted_end_to_end": round(metrics.predicted_end_to_end(base, spec), 4),
+            "cost_ratio": round(metrics.cost_ratio(base, spec), 4),
+            "mean_gamma": round(metrics.mean_gamma(spec), 3),
+            "alpha": round(metrics.alpha(spec), 4),
+        }
+
+    def to_dict(self) -> dict[str, Any]:
+        """The `compare` API's JSON."""
+        req, setup = self.request, self.setup
+        return {
+            "baseline": side_json(self.baseline, self.baseline_times_s),
+            "speculative": side_json(self.speculative, self.speculative_times_s, drafts=True),
+            **self.outcome(),
+            "gamma": req.gamma,
+            "gamma_schedule": req.gamma_schedule,
+            "main": setup.main,
+            "assistant": setup.assistant,
+            "main_revision": setup.main_revision,
+            "assistant_revision": setup.assistant_revision,
+            "device": setup.device,
+            "dtype": setup.dtype,
+            "encoder_dtype": setup.encoder_dtype,
+            "precision": setup.precision,
+            "draft_cross_attention": setup.draft_cross_attention,
+            "engine": req.engine,
+            "decoding": req.decoding,
+            "temperature": req.temperature,
+            "seed": req.seed,
+            "repeats": req.repeats,
+            "timing": f"median of {req.repeats} after warm-up, device synchronized",
+            "load_time_s": round(setup.load_time_s, 3),
+            "duration_s": round(setup.duration_s, 3),
+            "language": setup.language or "auto",
+            "task": setup.task,
         }
 
 
+def side_json(
+    run: DecodeResult, times_s: tuple[float, ...], *, drafts: bool = False, tokens: bool = True
+) -> dict[str, Any]:
+    """One column's JSON, for the API and the bench alike. `drafts`: a speculative run's draft
+    counts and steps; `tokens`: its token ids, steps, segments and fallback temperatures (the
+    API's; the bench's per-clip rows leave them out)."""
+    d: dict[str, Any] = {
+        "text": run.text,
+        "time_s": round(run.time_s, 4),
+        "times_s": [round(t, 4) for t in times_s],
+        "n_tokens": run.n_tokens,
+        "tokens_per_s": round(run.n_tokens / run.time_s, 2) if run.time_s else 0.0,
+        "n_main_forwards": run.n_main_forwards,
+        "n_windows": run.n_windows,
+        "engine": run.engine,
+    }
+    if tokens:
+        d["token_ids"] = list(run.token_ids)
+        if run.segments:
+            d["segments"] = [dataclasses.asdict(s) for s in run.segments]
+        if run.window_temperatures:
+            d["window_temperatures"] = list(run.window_temperatures)
+    if drafts:
+        d |= {
+            "acceptance_rate": round(run.acceptance_rate, 4),
+            "tokens_per_main_forward": round(run.tokens_per_main_forward, 3),
+            "n_draft_tokens": run.n_draft_tokens,
+            "n_accepted": run.n_accepted,
+        }
+        if tokens:
+            d["steps"] = [
+                {"drafted": list(s.drafted), "n_accepted": s.n_accepted, "main_token": s.main_token}
+                for s in run.steps
+            ]
+    return d
+
+
 def load_pair(
-    req: CompareRequest,
+    req: CompareRequest | CheckedRequest,
     *,
     cache: models.ModelCache = models.CACHE,
     progress: Progress | None = None,
 ) -> tuple[models.Loaded, models.Loaded, float]:
     """Load (or fetch from the cache) the main and the assistant; return both and the seconds
-    spent loading in this call."""
-    main_ckpt, assistant_ckpt = check_request(req)
-    device = models.default_device()
-    dtype = models.resolve_dtype(req.dtype, device)
-    encoder_dtype = models.resolve_encoder_dtype(req.encoder_dtype, device, dtype)
+    spent loading in this call. A CompareRequest is checked first."""
+    ok = checked(req)
     if progress:
-        progress(0.0, f"Loading {main_ckpt.label}")
+        progress(0.0, f"Loading {ok.main.label}")
     before = cache.total_load_s
-    main = cache.get(main_ckpt, device, dtype, encoder_dtype)
+    main = cache.get(ok.main, ok.device, ok.dtype, ok.encoder_dtype)
     if progress:
-        progress(0.1, f"Loading assistant {req.assistant}")
-    if isinstance(assistant_ckpt, str):
+        progress(0.1, f"Loading assistant {ok.request.assistant}")
+    if isinstance(ok.assistant, str):
         assistant = drafters.self_int8(main, cache)
     else:  # a seq2seq assistant's own encoder runs in the same precision as the main's
-        assistant = cache.get(assistant_ckpt, device, dtype, encoder_dtype)
+        assistant = cache.get(ok.assistant, ok.device, ok.dtype, ok.encoder_dtype)
     return main, assistant, cache.total_load_s - before
 
 
@@ -355,14 +383,17 @@ def decode_options(
 
 def compare(
     samples: np.ndarray,
-    req: CompareRequest,
+    req: CompareRequest | CheckedRequest,
     *,
     cache: models.ModelCache = models.CACHE,
     progress: Progress | None = None,
 ) -> Comparison:
-    """Transcribe `samples` (float32 mono 16 kHz) with and without the assistant."""
-    main, assistant, load_s = load_pair(req, cache=cache, progress=progress)
-    n_runs = 2 * (req.repeats + 1)
+    """Transcribe `samples` (float32 mono 16 kHz) with and without the assistant. A
+    CompareRequest is checked first."""
+    ok = checked(req)
+    main, assistant, load_s = load_pair(ok, cache=cache, progress=progress)
+    repeats = ok.request.repeats
+    n_runs = 2 * (repeats + 1)
     n_windows = max(1, math.ceil(len(samples) / SAMPLE_RATE / decoding.WINDOW_S))
     done = [0]
 
@@ -374,7 +405,7 @@ def compare(
         def on_window(*_: Any) -> None:
             window[0] += 1
             where = run_index + min(window[0], n_windows) / (n_windows + 1)
-            label = f"{side.capitalize()} run {run_index // 2 + 1} of {req.repeats + 1}"
+            label = f"{side.capitalize()} run {run_index // 2 + 1} of {repeats + 1}"
             if n_windows > 1:
                 label += f", window {window[0]} of ~{n_windows}"
             progress(0.2 + 0.8 * where / n_runs, label)
@@ -389,10 +420,10 @@ def compare(
 
     ours, _ = compare_loaded(
         samples,
-        req,
+        ok.request,
         main,
         assistant,
-        language=language_code(req.language),
+        language=ok.language,
         load_time_s=load_s,
         cache=cache,
         around=run if progress else None,
@@ -414,7 +445,8 @@ def compare_loaded(
     around: Around | None = None,
     warmup: int = 1,
 ) -> tuple[Comparison, Comparison | None]:
-    """compare() on models already loaded, for the page and the benchmark alike.
+    """compare() on models already loaded (from a checked request), for the page and the
+    benchmark alike.
 
     Times the baseline and `req`'s speculative engine, and with `peer` (the same request with
     another engine, gamma or schedule) a third run, alternately after one warm-up each; the peer
@@ -449,71 +481,26 @@ def compare_loaded(
         ) from e
 
     def comparison(side: str, side_req: CompareRequest) -> Comparison:
-        return comparison_of(
-            timings["baseline"],
-            timings[side],
+        setup = setup_of(
             side_req,
             main,
             assistant,
+            language=language,
             load_time_s=load_time_s,
             duration_s=len(samples) / SAMPLE_RATE,
-            language=language,
         )
+        return comparison_of(side_req, setup, timings["baseline"], timings[side])
 
     return comparison("speculative", req), comparison("peer", peer) if peer else None
 
 
-def comparison_of(
-    base: Timings,
-    spec: Timings,
-    req: CompareRequest,
-    main: models.Loaded,
-    assistant: models.Loaded,
-    *,
-    load_time_s: float,
-    duration_s: float,
-    language: str | None,
-) -> Comparison:
+def comparison_of(req: CompareRequest, setup: Setup, base: Timings, spec: Timings) -> Comparison:
     """A Comparison from the timed runs of both sides (the medians become their times)."""
     return Comparison(
+        request=req,
+        setup=setup,
         baseline=dataclasses.replace(base.result, time_s=base.median_s),
         speculative=dataclasses.replace(spec.result, time_s=spec.median_s),
         baseline_times_s=base.times_s,
         speculative_times_s=spec.times_s,
-        main=main.checkpoint.label,
-        assistant=assistant.checkpoint.label,
-        device=device_name(main.device),
-        dtype=models.dtype_name(main.dtype),
-        engine=req.engine,
-        repeats=req.repeats,
-        gamma=req.gamma,
-        gamma_schedule=req.gamma_schedule,
-        load_time_s=load_time_s,
-        duration_s=duration_s,
-        language=language,
-        task=None if main.checkpoint.english_only else req.task,
-        main_revision=main.revision,
-        assistant_revision=assistant.revision,
-        decoding=req.decoding,
-        temperature=req.temperature,
-        seed=req.seed,
-        draft_cross_attention=drafters.cross_precision(assistant, req.engine),
-        assistant_dtype=_precision_of(assistant),
-        encoder_dtype=models.dtype_name(main.encoder_precision),
     )
-
-
-def _precision_of(loaded: models.Loaded) -> str:
-    """A loaded assistant's weights, with its own encoder's where that differs."""
-    encoder = loaded.encoder_precision
-    if encoder is None or encoder == loaded.dtype:
-        return models.dtype_name(loaded.dtype)
-    return f"{models.dtype_name(loaded.dtype)}, encoder {models.dtype_name(encoder)}"
-
-
-def leviathan_speedup(alpha: float, gamma: float, c: float) -> float:
-    """Expected improvement factor of the decoding loop (Leviathan et al. 2023, eq. 1-2)."""
-    if gamma <= 0:
-        return 1.0
-    expected = gamma + 1 if alpha >= 1 else (1 - alpha ** (gamma + 1)) / (1 - alpha)
-    return expected / (gamma * c + 1)

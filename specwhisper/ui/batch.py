@@ -51,7 +51,7 @@ def run_batch(
         req = compare_request(
             main=main, assistant=assistant, language=language, repeats=repeats, **BATCH_SETTINGS
         )
-        main_ckpt, _ = compare.check_request(req)
+        main_ckpt = compare.check_request(req).main
         report = device.reporter(progress)
         report(0.0, "Reading the audio")
         pieces, names, notes, recordings = _cut_files(files)

@@ -22,7 +22,7 @@ import numpy as np
 
 from specwhisper import batched, compare
 from specwhisper.audio import SAMPLE_RATE
-from specwhisper.compare import CompareRequest
+from specwhisper.compare import CheckedRequest, CompareRequest
 
 try:  # ZeroGPU on Hugging Face Spaces; a no-op decorator everywhere else
     import spaces
@@ -42,19 +42,23 @@ def reporter(progress: gr.Progress | None) -> compare.Progress:
     return report
 
 
-def gpu_seconds(samples: np.ndarray, req: CompareRequest, progress: Any = None) -> int:
+def gpu_seconds(
+    samples: np.ndarray, req: CompareRequest | CheckedRequest, progress: Any = None
+) -> int:
     """ZeroGPU time to reserve, loading included: twice the pair's load time as this process
     measured it (a worker forked before that load loads it again; a fresh one only copies it to
     the GPU, which is quicker), 2 x (repeats + 1) runs at 10x real time or faster, and 30 s of
     slack. The cap is the longest call ZeroGPU takes."""
-    main, assistant, _ = compare.load_pair(req)  # a cache hit: the handler has just loaded them
+    checked = compare.checked(req)
+    main, assistant, _ = compare.load_pair(checked)  # a cache hit: the handler just loaded them
     load_s = main.load_time_s + assistant.load_time_s
     audio_s = len(samples) / SAMPLE_RATE
-    return int(min(MAX_GPU_S, 30 + 2 * load_s + 0.2 * (req.repeats + 1) * audio_s))
+    repeats = checked.request.repeats
+    return int(min(MAX_GPU_S, 30 + 2 * load_s + 0.2 * (repeats + 1) * audio_s))
 
 
 def on_device(
-    samples: np.ndarray, req: CompareRequest, progress: gr.Progress | None
+    samples: np.ndarray, req: CompareRequest | CheckedRequest, progress: gr.Progress | None
 ) -> dict[str, Any]:
     """The GPU part: both decoders, timed; the compare API's JSON. Inference only: the pair is
     a cache hit (on ZeroGPU, its tensors were copied to the GPU as the worker started). Only a

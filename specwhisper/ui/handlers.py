@@ -135,12 +135,13 @@ def compare_run(audio: str | None, req: CompareRequest, progress: gr.Progress | 
     stays in the cache of the process every worker is forked from.
     """
     with person_errors():
-        compare.check_request(req)  # a wrong checkpoint or language is reported before decoding
+        # checked once: a wrong checkpoint or language is reported before decoding
+        checked = compare.check_request(req)
         report = device.reporter(progress)
         report(0.0, "Reading the audio")
         clip = load_audio(audio, AudioLimits.from_env(on_gpu=torch.cuda.is_available()))
-        main, _, load_s = compare.load_pair(req, progress=report)
-        result = device.on_device(clip.samples, req, progress)
+        main, _, load_s = compare.load_pair(checked, progress=report)
+        result = device.on_device(clip.samples, checked, progress)
         # what this process loaded, plus what the worker had to load itself (0 when it found
         # the pair in the cache it was forked with)
         result["load_time_s"] = round(load_s + result["load_time_s"], 3)
