@@ -48,7 +48,7 @@ from specwhisper.loop import (
     step_tokens,
 )
 from specwhisper.models import SELF_INT8, Loaded
-from specwhisper.schedule import GammaSchedule
+from specwhisper.schedule import GammaSchedule, draft_stops_early
 from specwhisper.timing import ForwardMeter, alternate, clock, timed
 
 # The Distil-Whisper paper (Gandhi et al. 2023): speculative decoding with distil-large-v2
@@ -536,8 +536,11 @@ def decode_batch_speculative(
 ) -> BatchResult:
     """The same batched `generate` call, with its token loop swapped for our batched loop."""
     kwargs = _batch_kwargs(main, batch, max_new_tokens)
-    # batched drafts run their full gamma: no confidence stop
-    schedule = GammaSchedule(gamma_schedule, max(gamma, 0), max(max_gamma, 1), confidence=0.0)
+    stops = draft_stops_early("specwhisper", gamma_schedule, sampling=False, batched=True)
+    confidence = None if stops else 0.0  # no confidence stop: batched drafts run their gamma
+    schedule = GammaSchedule(
+        gamma_schedule, max(gamma, 0), max(max_gamma, 1), confidence=confidence
+    )
     stats = BatchStats()
     suppress, eos = draft_vocabulary(main)
 

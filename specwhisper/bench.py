@@ -758,6 +758,11 @@ def settings_of(
     load_s: float,
 ) -> dict[str, Any]:
     peer = peer_gamma(args)
+    batched = args.batch_size is not None or bool(args.batch_sweep)
+    sampling = req.temperature > 0
+    stops = schedule.draft_stops_early(
+        req.engine, req.gamma_schedule, sampling=sampling, batched=batched
+    )
     return {
         "main": main.checkpoint.label,
         "assistant": assistant.checkpoint.label,
@@ -770,16 +775,8 @@ def settings_of(
         "dtype": models.dtype_name(main.dtype),
         "encoder_dtype": models.dtype_name(main.encoder_precision),
         "draft_cross_attention": drafters.cross_precision(assistant, req.engine),
-        # our adaptive schedule's greedy drafts stop after a token under this probability
-        # (sampled and batched drafts never do)
-        "draft_confidence": (
-            schedule.draft_confidence()
-            if req.engine == "specwhisper"
-            and req.gamma_schedule == "adaptive"
-            and req.temperature == 0
-            and not (args.batch_size or args.batch_sweep)
-            else None
-        ),
+        # the probability under which our drafts stop early, where they do (None: they don't)
+        "draft_confidence": schedule.draft_confidence() if stops else None,
         "repeats": req.repeats,
         "timing": (
             f"median of {req.repeats} after 1 warm-up, alternating order, device synced"

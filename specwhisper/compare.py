@@ -361,12 +361,12 @@ def load_pair(
 
 def decode_options(
     req: CompareRequest,
-    main: models.Loaded,
+    main: models.Checkpoint,
     language: str | None,
     max_new_tokens: int | None = None,
 ) -> DecodeOptions:
     """The request as decoder options: English-only mains get no language or task token."""
-    multilingual = not main.checkpoint.english_only
+    multilingual = not main.english_only
     return DecodeOptions(
         language=language if multilingual else None,
         task=req.task if multilingual else None,
@@ -456,7 +456,7 @@ def compare_loaded(
     then pays first-call costs. A GPU out-of-memory empties `cache` and becomes a CompareError.
     """
     features: Features = decoding.prepare_features(main, samples)
-    opts = decode_options(req, main, language, max_new_tokens)
+    opts = decode_options(req, main.checkpoint, language, max_new_tokens)
     if opts.return_timestamps or features.long_form:
         if any(r is not None and r.engine == "transformers" for r in (req, peer)):
             if not assistant.checkpoint.decoder_only:  # self-int8 and distil-style are fine
@@ -467,7 +467,7 @@ def compare_loaded(
         "speculative": lambda: decoding.decode_speculative(main, assistant, features, opts),
     }
     if peer is not None:
-        peer_opts = decode_options(peer, main, language, max_new_tokens)
+        peer_opts = decode_options(peer, main.checkpoint, language, max_new_tokens)
         runs["peer"] = lambda: decoding.decode_speculative(main, assistant, features, peer_opts)
     if around is not None:
         runs = {side: functools.partial(around, side, fn) for side, fn in runs.items()}

@@ -93,7 +93,9 @@ class DecodeResult:
     n_windows: int = 1  # 30 s windows the encoder ran on
     steps: tuple[DraftStep, ...] = ()  # per speculative step, in order
     segments: tuple[Segment, ...] = ()  # with timestamps only
-    main_forward_s: float = 0.0  # total time inside main decoder forwards (incl. proj)
+    # total time inside main decoder forwards: the decoder stack only, not the output
+    # projection to logits (proj_out runs outside the metered module)
+    main_forward_s: float = 0.0
     draft_s: float = 0.0  # total time inside the draft
     encoder_s: float = 0.0  # total time inside the encoder (baseline runs)
     # with the fallback recipe: the temperature each decoded window ended at (0.0: greedy)
@@ -138,8 +140,9 @@ def prepare_features(main: Loaded, samples: np.ndarray) -> Features:
     return Features(features, None if mask is None else mask.to(main.device), duration_s)
 
 
-def generate_kwargs(main: Loaded, features: Features, opts: DecodeOptions) -> dict[str, Any]:
-    """The keyword arguments every engine passes to `generate`, identical for all of them."""
+def generate_options(opts: DecodeOptions, *, multilingual: bool, long_form: bool) -> dict[str, Any]:
+    """The keyword arguments every engine passes to `generate` but the tensors: what to decode
+    and how, identical for all of them. The page's snippet renders its `generate` call from it."""
     kwargs: dict[str, Any] = dict(do_sample=False, num_beams=1)
     if opts.fallback:
         kwargs |= FALLBACK
@@ -151,17 +154,38 @@ def generate_kwargs(main: Loaded, features: Features, opts: DecodeOptions) -> di
             kwargs["top_p"] = opts.top_p
     if opts.max_new_tokens is not None:
         kwargs["max_new_tokens"] = opts.max_new_tokens
-    if features.attention_mask is not None:
-        kwargs["attention_mask"] = features.attention_mask
-    if getattr(main.model.generation_config, "is_multilingual", False):
+    if multilingual:
         if opts.language:
             kwargs["language"] = opts.language
         if opts.task:
             kwargs["task"] = opts.task
-    timestamps = opts.return_timestamps or features.long_form
-    if timestamps:
+    if opts.return_timestamps or long_form:
         kwargs |= dict(return_timestamps=True, return_segments=True)
     return kwargs
+
+
+def generate_kwargs(main: Loaded, features: Features, opts: DecodeOptions) -> dict[str, Any]:
+    """generate_options for this main and audio, with the long-form attention mask."""
+    multilingual = getattr(main.model.generation_config, "is_multilingual", False)
+    kwargs = generate_options(opts, multilingual=multilingual, long_form=features.long_form)
+    if features.attention_mask is not None:
+        kwargs["attention_mask"] = features.attention_mask
+    return kwargs
+
+
+def assistant_settings(gamma: int, gamma_schedule: str) -> dict[str, Any]:
+    """What transformers' assisted generation reads from the assistant's generation config (not
+    from generate()), for our gamma and schedule. adaptive: its own dynamic drafting (its
+    defaults for assisted generation): up to gamma tokens, stopping early when the draft's
+    confidence falls under 0.4 (a threshold it re-tunes as it goes when scikit-learn is
+    installed). heuristic: gamma +2 after a fully accepted draft, -1 otherwise. constant:
+    always gamma. The transformers engine and the page's snippet both use it."""
+    return dict(
+        num_assistant_tokens=gamma,
+        num_assistant_tokens_schedule="heuristic" if gamma_schedule == "heuristic" else "constant",
+        # 0.0, not None: transformers fills a None with its default, 0.4
+        assistant_confidence_threshold=0.4 if gamma_schedule == "adaptive" else 0.0,
+    )
 
 
 @contextlib.contextmanager
@@ -295,10 +319,15 @@ def decode_baseline(main: Loaded, features: Features, opts: DecodeOptions) -> De
                 lambda: main.model.generate(features.input_features, **kwargs), main.device
             )
     return _finish(
-        main, output, seconds, "generate", meter,
-        n_windows=encoder.n_calls, encoder_s=encoder.total_s,
+        main,
+        output,
+        seconds,
+        "generate",
+        meter,
+        n_windows=encoder.n_calls,
+        encoder_s=encoder.total_s,
         window_temperatures=tuple(temperatures),
-    )  # fmt: skip
+    )
 
 
 @contextlib.contextmanager
@@ -354,19 +383,7 @@ def decode_speculative(
         drafter = make_drafter(assistant, main)
         kwargs["custom_generate"] = own_loop(drafter, schedule, stats, generator)
     else:
-        # transformers reads these from the assistant's generation config, not from generate().
-        # adaptive: its own dynamic drafting (its defaults for assisted generation): up to gamma
-        # tokens, stopping early when the draft's confidence falls under 0.4 (a threshold it
-        # re-tunes as it goes when scikit-learn is installed). heuristic: gamma +2 after a fully
-        # accepted draft, -1 otherwise. constant: always gamma.
-        settings = dict(
-            num_assistant_tokens=opts.gamma,
-            num_assistant_tokens_schedule=(
-                "heuristic" if opts.gamma_schedule == "heuristic" else "constant"
-            ),
-            # 0.0, not None: transformers fills a None with its default, 0.4
-            assistant_confidence_threshold=0.4 if opts.gamma_schedule == "adaptive" else 0.0,
-        )
+        settings = assistant_settings(opts.gamma, opts.gamma_schedule)
         kwargs["assistant_model"] = assistant.model
         context.enter_context(_assistant_config(assistant.model, settings))
         context.enter_context(record_candidates(main.model, stats, main.device))

@@ -21,7 +21,7 @@ from typing import Any
 import torch
 
 from specwhisper.drafters import Drafter, crop_cache, draw
-from specwhisper.schedule import GammaSchedule
+from specwhisper.schedule import GammaSchedule, draft_stops_early
 from specwhisper.timing import clock
 
 
@@ -138,8 +138,8 @@ def speculative_decode(
     processors = list(logits_processor)
     verify = _verifier(main, cache, encoder_hidden, processors)
     sampling = bool(getattr(generation_config, "do_sample", False))
-    # greedy drafts stop after a token under this probability (sampled ones never stop early)
-    stop_below = 0.0 if sampling else schedule.stop_below
+    stops = draft_stops_early("specwhisper", schedule.kind, sampling=sampling, batched=False)
+    stop_below = schedule.stop_below if stops else 0.0  # the draft stops after a token under it
 
     def process(prefix: list[int], logits: torch.Tensor) -> torch.Tensor:
         return _process(processors, torch.tensor([prefix], device=device), logits)
@@ -171,7 +171,7 @@ def speculative_decode(
             if tokens[-1] in eos or len(tokens) >= max_length:
                 break
             # 3. Draft up to gamma tokens, leaving room for the main's own token (0: does not pay).
-            gamma = max(0, min(schedule.next(not sampling), max_length - len(tokens) - 1))
+            gamma = max(0, min(schedule.next(stops), max_length - len(tokens) - 1))
             t0 = clock(device)
             drafted, q = [], None
             with stats.drafting():

@@ -37,6 +37,15 @@ def draft_confidence() -> float:
     return value
 
 
+def draft_stops_early(engine: str, gamma_schedule: str, *, sampling: bool, batched: bool) -> bool:
+    """Does the draft stop itself after a token it gives under draft_confidence()? The one home
+    of the rule every caller asks (the loops, the bench's settings, the page's snippet): only
+    our batch-1 loop's greedy drafts under the adaptive schedule. A sampled draft must run its
+    whole gamma to keep the main's distribution; batched rows draft in step, one gamma for the
+    batch; transformers' engine has its own rule (a threshold on its assistant's config)."""
+    return engine == "specwhisper" and gamma_schedule == "adaptive" and not sampling and not batched
+
+
 @dataclass
 class GammaSchedule:
     """How many tokens to draft next.
@@ -80,8 +89,9 @@ class GammaSchedule:
 
     @property
     def stop_below(self) -> float:
-        """A greedy draft stops after a token it gives less than this probability (0: never)."""
-        if self.kind != "adaptive":
+        """A greedy draft of our batch-1 loop stops after a token it gives less than this
+        probability (0: never)."""
+        if not draft_stops_early("specwhisper", self.kind, sampling=False, batched=False):
             return 0.0
         return draft_confidence() if self.confidence is None else self.confidence
 

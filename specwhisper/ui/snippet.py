@@ -1,176 +1,344 @@
-""" "Run it yourself": the few lines of plain transformers that redo a run's speculative side
-outside the Space. Where the run used something of specwhisper's (our loop, the self-int8
-assistant, a separate encoder precision), the code names it with its import."""
+""" "Run it yourself": two snippets that redo a run's speculative side outside the Space, each
+with the settings the run used.
+
+1. Plain transformers: `generate(..., assistant_model=...)` with the same pair, which anyone can
+   run without this project (it imports no specwhisper). Its `generate` arguments are rendered
+   from decoding.generate_options and its assistant settings from decoding.assistant_settings,
+   the functions the run itself called, so it cannot describe another run.
+2. This project's loop: specwhisper's own speculative decoding with the run's request, its
+   install line and the gamma schedule it used.
+
+The snippets are text: nothing here runs a model.
+"""
 
 from __future__ import annotations
 
+import ast
+import dataclasses
+import inspect
 import json
 from collections.abc import Mapping
+from dataclasses import dataclass
 from typing import Any
 
-from specwhisper import decoding, models
+from specwhisper import compare, decoding, models
 from specwhisper.compare import CompareRequest
-from specwhisper.schedule import draft_confidence
+from specwhisper.schedule import draft_confidence, draft_stops_early
 from specwhisper.ui.texts import APP_DIR
 from specwhisper.ui.verdict import encoder_of
 
+PLAIN_NEEDS = "torch, transformers and librosa"
+OURS_INSTALL = "in a copy of this Space's folder: pip install -e ."
+
+
+@dataclass(frozen=True)
+class Snippets:
+    """The two ways to redo a run, each a runnable Python file."""
+
+    plain: str  # transformers' assisted generation with the run's pair; no specwhisper
+    ours: str  # specwhisper's loop with the run's request
+
+
+def snippets(result: Mapping[str, Any], req: CompareRequest) -> Snippets:
+    """Both snippets for a run: `result` is its API JSON, `req` the request it ran."""
+    return Snippets(plain=plain_snippet(result, req), ours=ours_snippet(result, req))
+
 
 def reproduce_snippet(result: Mapping[str, Any], req: CompareRequest) -> str:
-    """The few lines of plain transformers that redo this run's speculative side outside the
-    Space: the pair, dtype, γ and `generate(..., assistant_model=...)`. Where the run used
-    something of specwhisper's (our loop, the self-int8 assistant), it is named with its import."""
+    """Both snippets as one file: the plain one runs as shown, and specwhisper's follows as
+    comments (one file prints one transcript; the page can show each on its own)."""
+    both = snippets(result, req)
+    ours = [_commented(line) for line in both.ours.rstrip("\n").splitlines()]
+    return both.plain + "\n" + "\n".join(ours) + "\n"
+
+
+def _commented(line: str) -> str:
+    if line.startswith("#"):
+        return line
+    return f"# {line}" if line else "#"
+
+
+# ---------------------------------------------------------------------------------------------
+# 1. Plain transformers
+
+
+def plain_snippet(result: Mapping[str, Any], req: CompareRequest) -> str:
+    """transformers' assisted generation with the run's pair, dtype, γ and decoding."""
     main = models.resolve(result["main"], role="main")
-    device = "cuda" if result["device"].startswith("cuda") else "cpu"
+    self_int8 = result["assistant"] == models.SELF_INT8
     encoder = encoder_of(result)
     mixed = encoder != result["dtype"]
-    if result["assistant"] == models.SELF_INT8:
-        head, body = _self_int8_loading(main, mixed)
-    else:
-        head, body = _pretrained_loading(main, result["assistant"], mixed)
-    needs = "torch, transformers and librosa"
-    if result["assistant"] == models.SELF_INT8 or mixed:
-        needs += ", and this repository's specwhisper package"
+    device = "cuda" if result["device"].startswith("cuda") else "cpu"
     lines = [
-        f"# The speculative run above, outside the Space; needs {needs}.",
-        *head,
+        "# 1. This run's pair in plain transformers: assisted generation, generate(...,",
+        f"#    assistant_model=...). Needs {PLAIN_NEEDS}; not specwhisper.",
+        *_plain_note(result, req),
+        *_imports(self_int8, mixed, main, result["assistant"]),
         "",
         f'device, dtype = "{device}", torch.{result["dtype"]}',
         *([f"encoder_dtype = torch.{encoder}"] if mixed else []),
-        *body,
+        *_main_loading(main, mixed),
     ]
-    schedule = "heuristic" if req.gamma_schedule == "heuristic" else "constant"
-    threshold = 0.4 if req.gamma_schedule == "adaptive" else 0.0
+    if self_int8:
+        lines += _self_int8_building(result["dtype"])
+    else:
+        lines += _assistant_loading(main, result["assistant"], mixed)
+    notes = {"num_assistant_tokens": "  # γ"}
+    if req.gamma_schedule == "adaptive":  # transformers' own: confidence-based drafting
+        notes["assistant_confidence_threshold"] = "  # adaptive: transformers' own rule"
     lines += [
-        f"assistant.generation_config.num_assistant_tokens = {req.gamma}  # γ",
-        f'assistant.generation_config.num_assistant_tokens_schedule = "{schedule}"',
-        f"assistant.generation_config.assistant_confidence_threshold = {threshold}",
-        "",
-        'audio, _ = librosa.load("your-audio.wav", sr=16_000)',
+        f"assistant.generation_config.{key} = {_literal(value)}{notes.get(key, '')}"
+        for key, value in decoding.assistant_settings(req.gamma, req.gamma_schedule).items()
     ]
+    lines += ["", 'audio, _ = librosa.load("your-audio.wav", sr=16_000)']
     lines += _generate_call(result, req, main)
-    if result["engine"] == "specwhisper":
-        lines += _our_loop_note(req)
     return "\n".join(lines) + "\n"
 
 
-def _imports() -> list[str]:
-    return [
-        "import librosa",
-        "import torch",
-        "from transformers import WhisperForConditionalGeneration, WhisperProcessor",
-    ]
+def _plain_note(result: Mapping[str, Any], req: CompareRequest) -> list[str]:
+    """What differs between the run and this plain version, in comment lines."""
+    notes = []
+    if result["engine"] == "specwhisper":
+        notes.append(
+            "#    The run used specwhisper's own loop (snippet 2); greedy, both keep exactly the "
+            "main's tokens."
+        )
+    if req.fallback:
+        notes.append(
+            "#    transformers' assisted generation fails under Whisper's fallback recipe: this "
+            "is the\n#    baseline's call, and only specwhisper's loop runs the recipe with "
+            "an assistant."
+        )
+    if result["assistant"] == models.SELF_INT8:
+        notes.append(
+            "#    self-int8 is specwhisper's assistant; plain transformers has none, so it is "
+            "built here\n#    from torch and transformers alone: the main's decoder, its Linear "
+            "layers in dynamic int8."
+        )
+    return notes
 
 
-def _self_int8_loading(main: models.Checkpoint, mixed: bool) -> tuple[list[str], list[str]]:
-    """(imports, loading code) for the self-int8 assistant: specwhisper's own, the main's
-    decoder with its Linear layers in int8 (CPU only)."""
-    head = _imports()
-    head[-1] = "from specwhisper import drafters, models"
-    body = [
-        f"loaded = models.CACHE.get(models.resolve({_quoted(main.id)}), torch.device(device), "
-        + ("dtype, encoder_dtype)" if mixed else "dtype)"),
-        "main, processor = loaded.model, loaded.processor",
-        "assistant = drafters.self_int8(loaded).model  # the main's decoder in int8",
-    ]
-    return head, body
+def _imports(self_int8: bool, mixed: bool, main: models.Checkpoint, assistant: str) -> list[str]:
+    names = ["WhisperForConditionalGeneration", "WhisperProcessor"]
+    decoder_only = not self_int8 and models.resolve(assistant, role="assistant").decoder_only
+    if self_int8 or decoder_only:
+        names.insert(0, "WhisperForCausalLM")
+    lines = ["import copy"] if self_int8 else []
+    lines += ["import librosa", "import torch"]
+    if self_int8:
+        lines.append(
+            "from torch.ao.quantization import per_channel_dynamic_qconfig, quantize_dynamic"
+        )
+    if mixed:
+        lines.append("from typing import Any")
+    return [*lines, f"from transformers import {', '.join(names)}"]
 
 
-def _pretrained_loading(
-    main: models.Checkpoint, assistant_label: str, mixed: bool
-) -> tuple[list[str], list[str]]:
-    """(imports, loading code) for a pair of checkpoints that from_pretrained reads."""
-    head = _imports()
-    body = [
+def _main_loading(main: models.Checkpoint, mixed: bool) -> list[str]:
+    lines = [
         f"processor = WhisperProcessor.from_pretrained({_quoted(_source(main))})",
         "main = WhisperForConditionalGeneration.from_pretrained(",
         f"    {_quoted(_source(main))}, dtype=dtype",
         ").to(device)",
     ]
-    if mixed:  # the encoder alone in another precision: specwhisper's helper does the casts
-        head.append("from specwhisper.models import set_encoder_dtype")
-        body.append("set_encoder_dtype(main, encoder_dtype)  # decoder stays in dtype")
+    if mixed:  # the run's own helper, shown as it is: it needs only torch
+        doc = "The encoder in encoder_dtype; the decoder gets its output in its own dtype."
+        lines += ["", "", *_source_with_docstring(models.set_encoder_dtype, doc), "", ""]
+        lines.append("set_encoder_dtype(main, encoder_dtype)  # the decoder stays in dtype")
+    return lines
+
+
+def _source_with_docstring(function: Any, docstring: str) -> list[str]:
+    """A function's source lines with another docstring (its own speaks of this project)."""
+    lines = inspect.getsource(function).splitlines()
+    doc = ast.parse("\n".join(lines)).body[0].body[0]  # the docstring's expression
+    summary = f'{" " * doc.col_offset}"""{docstring}"""'
+    return [*lines[: doc.lineno - 1], summary, *lines[doc.end_lineno :]]
+
+
+def _self_int8_building(dtype: str) -> list[str]:
+    """The self-int8 assistant from torch and transformers alone, as drafters.build_self_int8
+    builds the one transformers' engine runs."""
+    lines = [
+        "config = copy.deepcopy(main.config)",
+        'config.activation_function = "gelu_pytorch_tanh"  # a cheaper GELU for the draft',
+        "assistant = WhisperForCausalLM(config).eval()",
+        "assistant.model.decoder.load_state_dict(main.model.decoder.state_dict())",
+        "assistant.proj_out.weight = torch.nn.Parameter(main.proj_out.weight.detach().clone())",
+        "assistant = quantize_dynamic(",
+        "    assistant.float(), {torch.nn.Linear: per_channel_dynamic_qconfig}, dtype=torch.qint8",
+        ")",
+        "assistant.generation_config = copy.deepcopy(main.generation_config)",
+    ]
+    if dtype != "float32":  # int8 dynamic layers take fp32 inputs only
+        lines += [
+            "",
+            "",
+            "def float32_encoder_states(module, args, kwargs):",
+            '    if kwargs.get("encoder_hidden_states") is not None:',
+            '        kwargs["encoder_hidden_states"] = kwargs["encoder_hidden_states"].float()',
+            "    return args, kwargs",
+            "",
+            "",
+            "assistant.model.decoder.register_forward_pre_hook(",
+            "    float32_encoder_states, with_kwargs=True",
+            ")",
+        ]
+    return lines
+
+
+def _assistant_loading(main: models.Checkpoint, assistant_label: str, mixed: bool) -> list[str]:
+    """Loading code for an assistant checkpoint that from_pretrained reads."""
     assistant = models.resolve(assistant_label, role="assistant")
     if assistant.id == main.id and assistant.path == main.path:
-        body.append("assistant = main  # the main drafting for itself")
-        return head, body
-    kind = "WhisperForConditionalGeneration"
-    if assistant.decoder_only:  # a distil decoder reading the main's encoder outputs
-        kind = "WhisperForCausalLM"
-        head[-1] = head[-1].replace("import ", "import WhisperForCausalLM, ")
-    body += [
+        return ["assistant = main  # the main drafting for itself"]
+    kind = "WhisperForCausalLM" if assistant.decoder_only else "WhisperForConditionalGeneration"
+    lines = [
         f"assistant = {kind}.from_pretrained(",
         f"    {_quoted(_source(assistant))}, dtype=dtype",
         ").to(device)",
     ]
     if mixed and not assistant.decoder_only:  # its own encoder, like the main's
-        body.append("set_encoder_dtype(assistant, encoder_dtype)")
-    return head, body
+        lines.append("set_encoder_dtype(assistant, encoder_dtype)")
+    return lines
 
 
 def _generate_call(
     result: Mapping[str, Any], req: CompareRequest, main: models.Checkpoint
 ) -> list[str]:
-    """The features and the `generate` call, with this run's language, task and decoding."""
+    """The features and the `generate` call, its arguments from decoding.generate_options."""
+    long_form = result["duration_s"] > decoding.WINDOW_S
+    opts = compare.decode_options(req, main, compare.language_code(result["language"]))
+    options = decoding.generate_options(
+        opts, multilingual=not main.english_only, long_form=long_form
+    )
     lines = []
-    options = []  # English-only mains take no language or task (generate refuses them)
-    if not main.english_only and result["language"] != "auto":
-        options.append(f"language={_quoted(result['language'])}")
-    if not main.english_only and result["task"]:
-        options.append(f"task={_quoted(result['task'])}")
-    if result["duration_s"] > decoding.WINDOW_S:  # long-form: all frames, and their mask
+    if long_form:  # every frame, and the mask of the real ones
         lines += [
             "inputs = processor(",
             '    audio, sampling_rate=16_000, return_tensors="pt",',
             '    truncation=False, padding="longest", return_attention_mask=True,',
             ")",
         ]
-        options += ["attention_mask=inputs.attention_mask.to(device)", "return_timestamps=True"]
     else:
         lines.append('inputs = processor(audio, sampling_rate=16_000, return_tensors="pt")')
-        options += ["return_timestamps=True"] if req.timestamps else []
-    if req.fallback:  # Whisper's recipe, as decoding.FALLBACK passes it
-        options += [f"{key}={value!r}" for key, value in decoding.FALLBACK.items()]
-    elif req.temperature > 0:
-        options += ["do_sample=True", f"temperature={req.temperature:g}"]
     if req.fallback or req.temperature > 0:
         lines.append(f"torch.manual_seed({req.seed})  # sampling: the same seed repeats a run")
-    if req.fallback:  # transformers' assisted generation cannot run the recipe
-        lines.append(
-            "# The baseline's call: transformers' assisted generation fails under Whisper's "
-            "fallback,\n# so only specwhisper's loop (below) runs it with the assistant."
-        )
-    return [
-        *lines,
-        "ids = main.generate(",
+    arguments = [f"{key}={_literal(value)}" for key, value in options.items()]
+    if long_form:
+        arguments.append("attention_mask=inputs.attention_mask.to(device)")
+    if not req.fallback:  # transformers' assisted generation cannot run the recipe
+        arguments.append("assistant_model=assistant")
+    lines += [
+        "out = main.generate(",
         "    inputs.input_features.to(device, dtype),",
-        *([] if req.fallback else ["    assistant_model=assistant,"]),
-        *(f"    {option}," for option in options),
+        *(f"    {argument}," for argument in arguments),
         ")",
-        "print(processor.batch_decode(ids, skip_special_tokens=True)[0])",
     ]
+    if options.get("return_segments"):
+        lines.append('ids = out["sequences"]  # with segments, generate returns a dict')
+    else:
+        lines.append("ids = out")
+    return [*lines, "print(processor.batch_decode(ids, skip_special_tokens=True)[0])"]
 
 
-def _our_loop_note(req: CompareRequest) -> list[str]:
-    """Comment lines naming specwhisper's loop, and what of it transformers has no setting for."""
+# ---------------------------------------------------------------------------------------------
+# 2. specwhisper's loop
+
+
+def ours_snippet(result: Mapping[str, Any], req: CompareRequest) -> str:
+    """specwhisper's speculative loop with the run's request (our engine where it ran
+    transformers'), its install line and the γ schedule it used."""
+    ours = _our_request(result, req)
+    default = CompareRequest(main=ours.main, assistant=ours.assistant)
+    shown = ("main", "assistant", "gamma", "gamma_schedule")  # the rest where not the default
+    arguments = [
+        f"    {f.name}={_literal(getattr(ours, f.name))},"
+        for f in dataclasses.fields(ours)
+        if f.name != "repeats"
+        and (f.name in shown or getattr(ours, f.name) != getattr(default, f.name))
+    ]
     lines = [
-        "",
-        "# This run used specwhisper's own speculative loop instead of generate's assisted",
-        "# loop; both keep exactly the main model's greedy tokens (sampling: its"
-        " distribution). Ours is",
-        "#   from specwhisper.decoding import decode_speculative",
+        "# 2. This run in specwhisper's own speculative loop (the speculative column), with the",
+        f"#    run's settings. Install: {OURS_INSTALL}",
     ]
-    if req.gamma_schedule == "adaptive":
-        stop = (  # greedy drafts only (the fallback's greedy windows too)
-            f", each draft stopping after a token\n# it gives under {draft_confidence():g} "
-            "probability"
-            if req.temperature == 0
-            else ""
-        )
+    if result["engine"] != "specwhisper":
+        lines.append("#    The run itself used transformers' assisted loop: snippet 1.")
+    lines += [
+        *_schedule_note(ours),
+        "from specwhisper import compare, decoding",
+        "from specwhisper.audio import load_audio",
+        "from specwhisper.decoding import decode_speculative",
+        "",
+        "req = compare.CompareRequest(",
+        *arguments,
+        ")",
+        "checked = compare.check_request(req)",
+        "main, assistant, _ = compare.load_pair(checked)",
+        'features = decoding.prepare_features(main, load_audio("your-audio.wav").samples)',
+        "opts = compare.decode_options(req, main.checkpoint, checked.language)",
+        "print(decode_speculative(main, assistant, features, opts).text)",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _our_request(result: Mapping[str, Any], req: CompareRequest) -> CompareRequest:
+    """The request that redoes the run in our loop, read from what ran (the result), and from
+    the request where the result does not say."""
+    main = models.resolve(result["main"], role="main")
+    assistant = result["assistant"]
+    if assistant != models.SELF_INT8:
+        assistant = models.resolve(assistant, role="assistant").id
+    encoder = encoder_of(result)
+    decoded = result.get("decoding")
+    return CompareRequest(
+        main=main.id,
+        assistant=assistant,
+        # English-only mains take no language or task (generate refuses them)
+        language="auto" if main.english_only else result["language"],
+        task="transcribe" if main.english_only else result["task"] or req.task,
+        gamma=result.get("gamma", req.gamma),
+        gamma_schedule=result.get("gamma_schedule", req.gamma_schedule),
+        dtype=req.dtype,
+        encoder_dtype=encoder if encoder != result["dtype"] else "auto",
+        timestamps=req.timestamps,
+        engine="specwhisper",
+        temperature=result.get("temperature", req.temperature),
+        seed=result.get("seed", req.seed),
+        fallback=req.fallback if decoded is None else decoded == "fallback",
+    )
+
+
+def _schedule_note(req: CompareRequest) -> list[str]:
+    """The γ schedule our loop ran, in comment lines."""
+    if req.gamma_schedule == "constant":
+        return [f"#    γ schedule: constant, {req.gamma} draft tokens every step."]
+    if req.gamma_schedule == "heuristic":
+        return [
+            f"#    γ schedule: heuristic, from {req.gamma}: +2 after a fully accepted draft, -1 "
+            "otherwise."
+        ]
+    max_gamma = decoding.DecodeOptions().max_gamma
+    lines = [
+        f"#    γ schedule: adaptive, from {req.gamma}: before each draft, the γ from 0 to "
+        f"{max_gamma} with",
+        "#    the most tokens per second under Leviathan et al.'s model, from the acceptance "
+        "and costs",
+        "#    measured so far.",
+    ]
+    stops = draft_stops_early(
+        req.engine, req.gamma_schedule, sampling=req.temperature > 0, batched=False
+    )
+    if stops and draft_confidence() > 0:
         lines.append(
-            f"# and its adaptive γ (from the measured acceptance and costs{stop}) has no "
-            "transformers setting;\n# above, transformers' own confidence-based drafting."
+            f"#    Each greedy draft stops after a token it gives under {draft_confidence():g} "
+            "probability."
         )
     return lines
+
+
+def _literal(value: Any) -> str:
+    return _quoted(value) if isinstance(value, str) else repr(value)
 
 
 def _quoted(text: str) -> str:
