@@ -73,7 +73,7 @@ def plain_snippet(result: Mapping[str, Any], req: CompareRequest) -> str:
         "# 1. This run's pair in plain transformers: assisted generation, generate(...,",
         f"#    assistant_model=...). Needs {PLAIN_NEEDS}; not specwhisper.",
         *_plain_note(result, req),
-        *_imports(self_int8, mixed, main, result["assistant"]),
+        *_imports(self_int8, mixed, result["assistant"]),
         "",
         f'device, dtype = "{device}", torch.{result["dtype"]}',
         *([f"encoder_dtype = torch.{encoder}"] if mixed else []),
@@ -109,6 +109,13 @@ def _plain_note(result: Mapping[str, Any], req: CompareRequest) -> list[str]:
             "is the\n#    baseline's call, and only specwhisper's loop runs the recipe with "
             "an assistant."
         )
+    timestamped = req.timestamps or result["duration_s"] > decoding.WINDOW_S
+    if timestamped and not _decoder_only(result["assistant"]):
+        notes.append(
+            "#    With timestamps (and so over 30 s), transformers' assisted generation with a "
+            "full Whisper\n#    assistant stops after the first segment: snippet 2 runs the "
+            "whole audio."
+        )
     if result["assistant"] == models.SELF_INT8:
         notes.append(
             "#    self-int8 is specwhisper's assistant; plain transformers has none, so it is "
@@ -118,10 +125,9 @@ def _plain_note(result: Mapping[str, Any], req: CompareRequest) -> list[str]:
     return notes
 
 
-def _imports(self_int8: bool, mixed: bool, main: models.Checkpoint, assistant: str) -> list[str]:
+def _imports(self_int8: bool, mixed: bool, assistant: str) -> list[str]:
     names = ["WhisperForConditionalGeneration", "WhisperProcessor"]
-    decoder_only = not self_int8 and models.resolve(assistant, role="assistant").decoder_only
-    if self_int8 or decoder_only:
+    if _decoder_only(assistant):
         names.insert(0, "WhisperForCausalLM")
     lines = ["import copy"] if self_int8 else []
     lines += ["import librosa", "import torch"]
@@ -132,6 +138,13 @@ def _imports(self_int8: bool, mixed: bool, main: models.Checkpoint, assistant: s
     if mixed:
         lines.append("from typing import Any")
     return [*lines, f"from transformers import {', '.join(names)}"]
+
+
+def _decoder_only(assistant: str) -> bool:
+    """A decoder-only assistant (self-int8 or distil-style), which reads the main's encoder."""
+    if assistant == models.SELF_INT8:
+        return True
+    return models.resolve(assistant, role="assistant").decoder_only
 
 
 def _main_loading(main: models.Checkpoint, mixed: bool) -> list[str]:
