@@ -167,7 +167,9 @@ class Setup:
     dtype: str  # the main's decoder (the baseline's steps and the speculative verify passes)
     encoder_dtype: str  # the main's encoder, shared by both columns
     assistant_dtype: str  # the assistant's weights, with its own encoder's where that differs
-    draft_cross_attention: str | None  # drafters.cross_precision: the lean self-int8 draft's
+    # the lean self-int8 draft's cross-attention copy (drafters.cross_precision); None: no lean
+    # draft ran
+    draft_cross_attention: str | None
     language: str | None  # the Whisper code decoded with; None: auto-detected
     task: str | None  # None for English-only mains, which take no task token
     load_time_s: float  # loading both checkpoints in this request (0 when cached)
@@ -175,6 +177,7 @@ class Setup:
 
     @property
     def draft_precision(self) -> str:
+        """What the draft computed in, as the page and the API say it."""
         if self.draft_cross_attention:  # the lean self-int8 draft of our engine
             return f"int8 weights, {self.draft_cross_attention} cross-attention keys/values"
         if self.assistant.startswith(models.SELF_INT8):
@@ -197,6 +200,8 @@ def setup_of(
     load_time_s: float,
     duration_s: float,
 ) -> Setup:
+    """The set-up of one side's runs: `req` is that side's request (its engine decides which
+    draft ran), `language` the Whisper code decoded with."""
     return Setup(
         main=main.checkpoint.label,
         assistant=assistant.checkpoint.label,

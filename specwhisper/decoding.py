@@ -396,8 +396,6 @@ def decode_speculative(
         output, seconds = timed(
             lambda: main.model.generate(features.input_features, **kwargs), main.device
         )
-    n_draft = sum(len(s.drafted) for s in stats.steps)
-    n_acc = sum(s.n_accepted for s in stats.steps)
     return _finish(
         main,
         output,
@@ -406,8 +404,8 @@ def decode_speculative(
         meter,
         n_windows=stats.n_windows,
         steps=tuple(stats.steps),
-        n_draft_tokens=n_draft,
-        n_accepted=n_acc,
+        n_draft_tokens=sum(len(s.drafted) for s in stats.steps),
+        n_accepted=sum(s.n_accepted for s in stats.steps),
         draft_s=stats.draft_s,
         window_temperatures=tuple(temperatures),
     )
