@@ -62,8 +62,8 @@ def _plain_note(result: Mapping[str, Any], req: CompareRequest) -> list[str]:
     notes = []
     if result["engine"] == "specwhisper":
         notes.append(
-            "#    The run used specwhisper's own loop (snippet 2); greedy, both keep exactly the "
-            "main's tokens."
+            "#    The run used specwhisper's own loop (snippet 2); both keep the main's tokens "
+            "exactly\n#    (sampling: its distribution, so the drawn tokens may differ)."
         )
     if req.fallback:
         notes.append(
