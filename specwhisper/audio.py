@@ -269,7 +269,7 @@ def _no_speech_doubt(samples: np.ndarray) -> str | None:
     the telephone band, and how far the level in that band moves over the clip (the 1st to the
     99th percentile, so a word in a long silence still counts, and a click does not).
     """
-    centred = samples - np.mean(samples, dtype=np.float64)  # [n] float64
+    centred = samples - np.float32(np.mean(samples, dtype=np.float64))  # [n] float32
     if np.abs(centred).max() < 10 ** (SILENCE_PEAK_DBFS / 20):
         return "it holds a constant level (a DC offset) with nothing audible on top"
     band_energy, total_energy = _frame_energies(centred)  # [frames] each
@@ -292,9 +292,10 @@ def _frame_energies(samples: np.ndarray, frame_s: float = 0.025) -> tuple[np.nda
     """Energy per frame in the speech band and in all, for Hann-windowed frames of `frame_s`
     (a partial last frame is dropped; a clip shorter than one frame is one frame)."""
     size = round(frame_s * SAMPLE_RATE)
-    n_frames = max(len(samples) // size, 1)
-    padded = np.pad(samples, (0, max(size * n_frames - len(samples), 0)))
-    frames = padded[: size * n_frames].reshape(n_frames, size)  # [frames, size], a view
+    if len(samples) < size:
+        samples = np.pad(samples, (0, size - len(samples)))
+    n_frames = len(samples) // size
+    frames = samples[: size * n_frames].reshape(n_frames, size)  # [frames, size], a view
     freqs = np.fft.rfftfreq(size, 1 / SAMPLE_RATE)
     in_band = (freqs >= SPEECH_BAND_HZ[0]) & (freqs <= SPEECH_BAND_HZ[1])
     window = np.hanning(size)

@@ -446,6 +446,13 @@ def test_no_speech_note_says_what_was_measured(tmp_path):
     assert "only 0% of its energy lies between 300 and 3400 Hz" in notes["50 Hz hum"]
 
 
+def test_no_example_gets_the_no_speech_note():
+    examples = sorted(Path(__file__).resolve().parents[1].joinpath("examples").glob("*.wav"))
+    assert examples
+    for path in examples:
+        assert not any(NO_SPEECH_NOTE in note for note in load_audio(path).notes), path.name
+
+
 def test_no_shared_speech_clip_gets_the_no_speech_note():
     """All the real speech there is here, from phone prompts at 8 kHz to a read sonnet."""
     if not (SPEECH / "manifest.tsv").is_file():
