@@ -43,8 +43,8 @@ class ApiField:
 
     name: str  # run_compare's parameter, and CompareRequest's field (but audio)
     kind: str  # "audio", "text", "whole" (an integer), "number" or "flag"
-    # what a caller who leaves it out gets, and a cleared field: run_compare's default where it
-    # has one; None for the audio and the pair (the page's pair fills those in)
+    # what a caller who leaves it out gets, and a cleared field (None or ""): run_compare's
+    # default where it has one; None for the audio and the pair (the page's pair fills those in)
     default: Any = None
     required: bool = False  # a cleared field is refused, not read as the default
     label: str = ""  # how a sentence names the field (it contains `name`, for API callers)
@@ -72,8 +72,8 @@ class ApiField:
 
     def read(self, value: Any) -> Any:
         """The value as CompareRequest takes it; CompareError naming the field if it is not."""
-        if value is None and not self.required:
-            value = self.default
+        if value is None or (isinstance(value, str) and not value):  # a cleared field
+            value = None if self.required else self.default
         if self.kind == "flag":
             return self._flag(value)
         if self.kind == "text":
