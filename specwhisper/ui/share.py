@@ -23,7 +23,8 @@ import gradio as gr
 SHARE_INTRO = (
     "**Copy a link to this result**: whoever opens it sees this page with the same audio, "
     "settings and result, without running it again. Run a comparison first; the link saves "
-    "the page as it is when you click. Shared audio and files are kept for an hour."
+    "the page as it is when you click. The result stays; the audio and the JSON download in "
+    "it are kept for about an hour."
 )
 DEFAULT_URL = "http://127.0.0.1:7860"  # gradio's own default address
 EMBED_LABEL = "Embed this app in a blog post or web page (HTML)"
