@@ -7,7 +7,7 @@ from pathlib import Path
 
 import gradio as gr
 
-from specwhisper.ui.share import app_url, embed_code, frontend_entry
+from specwhisper.ui.share import app_url, embed_code, embed_for_request, frontend_entry
 
 
 def test_app_url_is_the_spaces_own_or_the_pages():
@@ -27,3 +27,10 @@ def test_embed_code_loads_the_front_end_the_server_serves():
         f'<script type="module" src="https://someone-specwhisper.hf.space/{entry}"></script>\n'
         '<gradio-app src="https://someone-specwhisper.hf.space"></gradio-app>'
     )
+
+
+def test_embed_code_before_the_page_loads(monkeypatch):
+    monkeypatch.delenv("SPACE_ID", raising=False)
+    assert embed_for_request() == ""  # the page load writes it, for the address reached
+    monkeypatch.setenv("SPACE_ID", "someone/specwhisper")
+    assert 'src="https://someone-specwhisper.hf.space"' in embed_for_request()

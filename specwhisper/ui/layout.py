@@ -27,7 +27,7 @@ def build_demo() -> gr.Blocks:
         gr.Markdown(start.notice, visible=bool(start.notice))
         form = form_section(start, examples())
         results = results_section()
-        share_section()
+        share_section(demo)
         batch = batch_section(enabled=bool(start.mains))
         api = api_section(start.main or "", start.assistant)
         _wire(form, results, batch, api)

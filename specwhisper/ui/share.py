@@ -26,7 +26,6 @@ SHARE_INTRO = (
     "the page as it is when you click. The result stays; the audio and the JSON download in "
     "it are kept for about an hour."
 )
-DEFAULT_URL = "http://127.0.0.1:7860"  # gradio's own default address
 EMBED_LABEL = "Embed this app in a blog post or web page (HTML)"
 _ENTRY = re.compile(r"""import\(\s*["']\./(assets/[\w.-]+\.js)["']\s*\)""")
 
@@ -39,8 +38,10 @@ class Share:
     embed: gr.Code
 
 
-def share_section() -> Share:
-    """The deep-link button and, beside it, the embed code, in a closed accordion."""
+def share_section(demo: gr.Blocks) -> Share:
+    """The deep-link button and, beside it, the embed code, in a closed accordion. The code is
+    written at each page load of `demo`, for the address the page was reached at (a private
+    event: neither the API nor agents see it)."""
     with gr.Accordion("Share this result", open=False):
         gr.Markdown(SHARE_INTRO)
         with gr.Row(equal_height=False):
@@ -48,21 +49,23 @@ def share_section() -> Share:
                 link = gr.DeepLinkButton("Copy a link to this result", copied_value="Link copied")
             with gr.Column(min_width=300, scale=3):
                 embed = gr.Code(
-                    embed_for_request,  # filled at each page load, for the address it came from
+                    embed_for_request(),
                     language="html",
                     label=EMBED_LABEL,
                     buttons=["copy"],
                     interactive=False,
                     wrap_lines=True,
                 )
+    demo.load(embed_for_request, None, embed, api_visibility="private")
     return Share(link, embed)
 
 
 def embed_for_request(request: gr.Request | None = None) -> str:
-    """The embed code for this app, as reached by `request` (or on its Space). Without a
-    request (gradio's first call, as the page is built), gradio's default local address."""
-    base_url = str(request.request.base_url) if request is not None else DEFAULT_URL
-    return embed_code(app_url(os.environ.get("SPACE_ID"), base_url))
+    """The embed code for this app, as reached by `request`, or on its Space. Without a request
+    (as the page is built) and off a Space, none yet: the page load writes it."""
+    base_url = str(request.request.base_url) if request is not None else ""
+    url = app_url(os.environ.get("SPACE_ID"), base_url)
+    return embed_code(url) if url else ""
 
 
 def app_url(space_id: str | None, base_url: str) -> str:
