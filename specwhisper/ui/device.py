@@ -20,7 +20,7 @@ from typing import Any
 import gradio as gr
 import numpy as np
 
-from specwhisper import batched, compare
+from specwhisper import alignment, batched, compare
 from specwhisper.audio import SAMPLE_RATE
 from specwhisper.compare import CheckedRequest, CompareRequest
 
@@ -63,7 +63,9 @@ def on_device(
     """The GPU part: both decoders, timed; the compare API's JSON. Inference only: the pair is
     a cache hit (on ZeroGPU, its tensors were copied to the GPU as the worker started). Only a
     worker forked before the pair was loaded has to load it, and its load time says so."""
-    return compare.compare(samples, req, progress=reporter(progress)).to_dict()
+    result = compare.compare(samples, req, progress=reporter(progress)).to_dict()
+    # where each token sits in the audio, for the spectrogram's strip: untimed, after the runs
+    return alignment.add_token_times(result, samples, req, reporter(progress))
 
 
 def batch_gpu_seconds(

@@ -15,6 +15,7 @@ from specwhisper.ui.batch_view import BATCH_COLUMNS
 from specwhisper.ui.choices import examples, form_start, on_main_change, reference_for
 from specwhisper.ui.form import Form, form_section
 from specwhisper.ui.handlers import on_compare, run_compare
+from specwhisper.ui.share import share_section
 from specwhisper.ui.tokens import ORIGINS, STEP_COLUMNS
 
 
@@ -26,6 +27,7 @@ def build_demo() -> gr.Blocks:
         gr.Markdown(start.notice, visible=bool(start.notice))
         form = form_section(start, examples())
         results = results_section()
+        share_section(demo)
         batch = batch_section(enabled=bool(start.mains))
         api = api_section(start.main or "", start.assistant)
         _wire(form, results, batch, api)

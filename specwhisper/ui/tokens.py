@@ -78,6 +78,8 @@ def token_origins(token_ids: list[int], steps: list[Mapping[str, Any]]) -> list[
         if n:  # the output leaves out end-of-text, so a matching prefix of a step is enough
             out.extend(block[:n])
             i, b = i + n, b + 1
+        elif b + 1 < len(blocks) and blocks[b + 1][0][0] == token_ids[i]:
+            b += 1  # a step whose tokens the output left out (a window's end-of-text, long-form)
         else:
             out.append((token_ids[i], "main"))
             i += 1
