@@ -31,6 +31,7 @@ from typing import Any
 
 import torch
 
+from specwhisper import cancel
 from specwhisper.timing import has_amx
 
 log = logging.getLogger(__name__)
@@ -733,7 +734,8 @@ class ModelCache:
     free for the next request; any other failed load (the Hub unreachable, a broken file) keeps
     what is loaded, since dropping it would cure nothing and cost the next visitor a reload.
     Either way it raises CheckpointError with one sentence. Problems found before loading
-    (unknown id, the Hub not used and the checkpoint not cached) leave it alone too.
+    (unknown id, the Hub not used and the checkpoint not cached) leave it alone too. Every
+    model it holds stops at its next pass when its run's stop flag is set (specwhisper.cancel).
     """
 
     def __init__(self, capacity: int = 4):
@@ -795,6 +797,7 @@ class ModelCache:
             raise _load_failure(what, hub, device, dtype, e) from e
 
     def _put(self, key: tuple, loaded: Loaded) -> None:
+        cancel.check_before_passes(loaded.model)  # runs with a stop flag end at the next pass
         self.total_load_s += loaded.load_time_s
         self._items[key] = loaded
         while len(self._items) > self.capacity:

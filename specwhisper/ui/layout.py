@@ -15,6 +15,7 @@ from specwhisper.ui.batch_view import BATCH_COLUMNS
 from specwhisper.ui.choices import examples, form_start, on_main_change, reference_for
 from specwhisper.ui.form import Form, form_section
 from specwhisper.ui.handlers import on_compare, run_compare
+from specwhisper.ui.stopping import stops_when_gone
 from specwhisper.ui.tokens import ORIGINS, STEP_COLUMNS
 
 
@@ -199,9 +200,11 @@ def _wire(form: Form, results: Results, batch: Batch, api: Api) -> None:
     """The events. Timed runs (the API, Compare, Compare in batches) share one slot, so two
     requests never slow each other down; only `compare` is public."""
     timed = dict(concurrency_limit=1, concurrency_id="compare")
-    api.button.click(run_compare, api.inputs, api.output, api_name="compare", **timed)
+    # Each timed run stops between two model passes when its visitor cancels or leaves.
+    run_compare_, on_compare_, on_batch_ = map(stops_when_gone, (run_compare, on_compare, on_batch))
+    api.button.click(run_compare_, api.inputs, api.output, api_name="compare", **timed)
     form.run.click(
-        on_compare,
+        on_compare_,
         [form.audio],
         results.outputs(),
         inputs_kwargs=form.settings(),
@@ -216,7 +219,7 @@ def _wire(form: Form, results: Results, batch: Batch, api: Api) -> None:
     )
     form.audio.change(reference_for, form.audio, results.reference, api_visibility="private")
     batch.run.click(
-        on_batch,
+        on_batch_,
         [batch.files, batch.sizes, batch.repeats, form.main, form.assistant, form.language],
         [batch.summary, batch.table, batch.chart],
         api_visibility="private",
