@@ -36,6 +36,37 @@ from specwhisper.timing import has_amx
 
 log = logging.getLogger(__name__)
 
+
+class TransformersOwnCalls(logging.Filter):
+    """Drops the notices transformers 5.23 logs about calls it makes itself inside `generate`,
+    which no caller can avoid, so a server log shows what our requests cause:
+
+    - "Passing `generation_config` together with generation-related arguments": Whisper's
+      `generate_with_fallback` passes its own generation_config with suppress_tokens and
+      begin_suppress_tokens (generation_whisper.py, a workaround its comment dates to PR 48108),
+      and assisted generation's candidate generator passes the assistant's with
+      max_new_tokens, min_new_tokens and use_cache. The same notice naming other arguments is
+      kept: that one a caller can act on.
+    - "Both `max_new_tokens` ... and `max_length` ... seem to have been set": the candidate
+      generator at every draft step, and any capped run; max_new_tokens wins, as we want.
+    """
+
+    OWN_ARGUMENTS = (
+        {"suppress_tokens", "begin_suppress_tokens"},
+        {"use_cache", "min_new_tokens", "max_new_tokens"},
+    )
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if message.startswith("Passing `generation_config` together with generation-related"):
+            named = set(re.findall(r"'(\w+)'", message.split(")", 1)[0]))
+            return not any(named <= own for own in self.OWN_ARGUMENTS)
+        return not message.startswith("Both `max_new_tokens`")
+
+
+# transformers logs both from here; getLogger makes the logger transformers will use.
+logging.getLogger("transformers.generation.utils").addFilter(TransformersOwnCalls())
+
 SELF_INT8 = "self-int8"
 SELF_INT8_CPU_ONLY = (
     "self-int8 drafts run on the CPU only; on GPU pick a distil or smaller assistant."
