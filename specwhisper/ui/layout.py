@@ -15,6 +15,7 @@ from specwhisper.ui.batch_view import BATCH_COLUMNS
 from specwhisper.ui.choices import examples, form_start, on_main_change, reference_for
 from specwhisper.ui.form import Form, form_section
 from specwhisper.ui.handlers import on_compare, run_compare
+from specwhisper.ui.startup import skip_queue_analytics
 from specwhisper.ui.stopping import stops_when_gone
 from specwhisper.ui.tokens import ORIGINS, STEP_COLUMNS
 
@@ -30,6 +31,7 @@ def build_demo() -> gr.Blocks:
         batch = batch_section(enabled=bool(start.mains))
         api = api_section(start.main or "", start.assistant)
         _wire(form, results, batch, api)
+    skip_queue_analytics()
     demo.queue(max_size=32, default_concurrency_limit=4)
     return demo
 
