@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import functools
+import inspect
 import threading
 from collections.abc import Callable
 from typing import Any
@@ -35,7 +36,10 @@ GONE = "The run was stopped: its page was closed before the result came."
 def stops_when_gone(handler: Callable[..., Any]) -> Callable[..., Any]:
     """`handler` as an async gradio handler with the same signature and docstring (gradio
     reads the endpoint's parameters there), run in a thread that stops between two model
-    passes once its visitor cancels or closes the page."""
+    passes once its visitor cancels or closes the page. Plain handlers only: a generator's
+    steps would each need their own thread call, so one is refused as the page is built."""
+    if inspect.isgeneratorfunction(handler) or inspect.iscoroutinefunction(handler):
+        raise TypeError(f"stops_when_gone takes a plain function, not {handler.__name__}")
 
     @functools.wraps(handler)
     async def run(*args: Any, **kwargs: Any) -> Any:
