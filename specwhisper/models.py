@@ -2,9 +2,10 @@
 
 Knows which Whisper checkpoints exist (Hub ids, the ones already in the local Hugging Face cache,
 and local folders in the models folder), which main/assistant pairs share a tokenizer, which pair
-the page starts on (`default_pair`), and loads them once into a small LRU cache; a failed load
-empties the cache and says why in a sentence. It names the `self-int8` assistant (the main's
-decoder with int8 Linear layers); drafters builds it.
+the page starts on (`default_pair`), whether the Hub answers (asked once, at start-up), and
+loads them once into a small LRU cache; a failed load says why in a sentence, and empties the
+cache only when memory ran out. It names the `self-int8` assistant (the main's decoder with
+int8 Linear layers); drafters builds it.
 
 It does not decode, time or touch audio, and it never trusts remote code: weights load from
 safetensors only, Hub ids must match a strict pattern, and local paths stay inside the models
@@ -15,10 +16,13 @@ from __future__ import annotations
 
 import gc
 import json
+import logging
 import os
 import re
 import threading
 import time
+import urllib.error
+import urllib.request
 from collections import OrderedDict
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -27,7 +31,41 @@ from typing import Any
 
 import torch
 
+from specwhisper import cancel
 from specwhisper.timing import has_amx
+
+log = logging.getLogger(__name__)
+
+
+class TransformersOwnCalls(logging.Filter):
+    """Drops the notices transformers 5.23 logs about calls it makes itself inside `generate`,
+    which no caller can avoid, so a server log shows what our requests cause:
+
+    - "Passing `generation_config` together with generation-related arguments": Whisper's
+      `generate_with_fallback` passes its own generation_config with suppress_tokens and
+      begin_suppress_tokens (generation_whisper.py, a workaround its comment dates to PR 48108),
+      and assisted generation's candidate generator passes the assistant's with
+      max_new_tokens, min_new_tokens and use_cache. The same notice naming other arguments is
+      kept: that one a caller can act on.
+    - "Both `max_new_tokens` ... and `max_length` ... seem to have been set": the candidate
+      generator at every draft step, and any capped run; max_new_tokens wins, as we want.
+    """
+
+    OWN_ARGUMENTS = (
+        {"suppress_tokens", "begin_suppress_tokens"},
+        {"use_cache", "min_new_tokens", "max_new_tokens"},
+    )
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if message.startswith("Passing `generation_config` together with generation-related"):
+            named = set(re.findall(r"'(\w+)'", message.split(")", 1)[0]))
+            return not any(named <= own for own in self.OWN_ARGUMENTS)
+        return not message.startswith("Both `max_new_tokens`")
+
+
+# transformers logs both from here; getLogger makes the logger transformers will use.
+logging.getLogger("transformers.generation.utils").addFilter(TransformersOwnCalls())
 
 SELF_INT8 = "self-int8"
 SELF_INT8_CPU_ONLY = (
@@ -137,9 +175,81 @@ def shown(folder: Path) -> str:
 
 
 def hub_offline() -> bool:
-    """True when the Hub must not be used (HF_HUB_OFFLINE=1 or SPECWHISPER_OFFLINE=1)."""
+    """True when the Hub must not be used: offline mode (`offline_mode`), or a Hub that did not
+    answer the one check this process makes (`hub_reachable`, asked first at start-up)."""
+    return offline_mode() or not hub_reachable()
+
+
+def offline_mode() -> bool:
+    """True when the Hub is switched off (HF_HUB_OFFLINE=1 or SPECWHISPER_OFFLINE=1); then the
+    Hub is never asked, not even whether it answers."""
     flags = (os.environ.get("HF_HUB_OFFLINE", ""), os.environ.get("SPECWHISPER_OFFLINE", ""))
     return any(f.strip().lower() in ("1", "true", "yes", "on") for f in flags)
+
+
+# ---------------------------------------------------------------------------------------------
+# Whether the Hub answers: asked once, with a short bound
+
+HUB_CHECK_TIMEOUT_S = 3.0  # DNS, connect and the reply together; a Hub that answers takes < 1 s
+_hub_answers: dict[str, bool] = {}  # endpoint -> did it answer; the first check's answer stays
+_hub_check_lock = threading.Lock()
+
+
+def hub_endpoint() -> str:
+    """The Hub's address as huggingface_hub reads it: HF_ENDPOINT, else https://huggingface.co."""
+    return os.environ.get("HF_ENDPOINT", "").strip().rstrip("/") or "https://huggingface.co"
+
+
+def hub_reachable() -> bool:
+    """Whether the Hub's endpoint answered one HTTP request within HUB_CHECK_TIMEOUT_S.
+
+    Decided the first time it is asked (the page's choices, at start-up) and kept for the life
+    of the process: without it, an unreachable Hub lists checkpoints that then fail after
+    huggingface_hub's retries (about 24 s). Not asked in offline mode (`hub_offline` checks
+    that first). A Hub that answers later is used after a restart.
+    """
+    endpoint = hub_endpoint()
+    with _hub_check_lock:
+        if endpoint not in _hub_answers:
+            answered = _answers(endpoint, HUB_CHECK_TIMEOUT_S)
+            _hub_answers[endpoint] = answered
+            if not answered:
+                log.warning(
+                    "The Hugging Face Hub (%s) did not answer within %g s: only local folders "
+                    "and Hub checkpoints already in the local cache are offered, loaded "
+                    "without it.",
+                    endpoint,
+                    HUB_CHECK_TIMEOUT_S,
+                )
+        return _hub_answers[endpoint]
+
+
+def forget_hub_check() -> None:
+    """Ask the Hub again at the next `hub_reachable` (for tests: the app asks once)."""
+    with _hub_check_lock:
+        _hub_answers.clear()
+
+
+def _answers(url: str, timeout_s: float) -> bool:
+    """Whether an HTTP server at `url` gives any reply but a server error within `timeout_s`.
+    The request runs in a daemon thread, so that a name lookup, which no socket timeout
+    bounds, cannot hold start-up longer than that either."""
+    answered: list[bool] = []
+
+    def ask() -> None:
+        try:
+            request = urllib.request.Request(url, method="HEAD")
+            urllib.request.urlopen(request, timeout=timeout_s).close()
+            answered.append(True)
+        except urllib.error.HTTPError as e:  # a status is an answer; a 5xx Hub cannot serve
+            answered.append(e.code < 500)
+        except Exception:  # refused, timed out, no route, no name: not reachable
+            answered.append(False)
+
+    thread = threading.Thread(target=ask, name="hub-check", daemon=True)
+    thread.start()
+    thread.join(timeout_s)
+    return bool(answered and answered[0])
 
 
 # ---------------------------------------------------------------------------------------------
@@ -556,10 +666,11 @@ def _locate(ckpt: Checkpoint) -> tuple[str, str | None]:
         return ckpt.id, None  # the revision is read from the cache once downloaded
     snapshot = cached_snapshot(ckpt.id)
     if snapshot is None:
+        why = "offline mode" if offline_mode() else "it did not answer when the app started"
         raise CheckpointError(
-            f"{ckpt.id} is on the Hugging Face Hub, which is unreachable here (offline mode), "
-            f"and it is not in the local Hugging Face cache ({hub_cache_dir()}). Pick a local "
-            "checkpoint; `python -m specwhisper.offline` prepares some."
+            f"{ckpt.id} is on the Hugging Face Hub, which this server does not use ({why}), "
+            "and it is not in the server's Hugging Face cache. Pick one of the listed "
+            "checkpoints."
         )
     return str(snapshot.folder), snapshot.revision
 
@@ -581,8 +692,8 @@ def _load_model(
     encoder_dtype: torch.dtype | None = None,
 ) -> Loaded:
     """from_pretrained, safetensors only, the encoder then cast to `encoder_dtype` where that
-    differs. Raises whatever loading raises (ModelCache.get words it and empties the cache), or
-    CheckpointError before loading starts."""
+    differs. Raises whatever loading raises (ModelCache.get words it), or CheckpointError before
+    loading starts."""
     from transformers import WhisperForCausalLM, WhisperForConditionalGeneration, WhisperProcessor
 
     source, revision = _locate(ckpt)
@@ -611,30 +722,51 @@ def _load_model(
 
 
 def _load_failure(what: str, hub: bool, device: torch.device, dtype: torch.dtype, e: Exception):
-    """A loading exception as one sentence for a person; the cache has been emptied by then.
-    `what` names the thing loaded ("the folder 'whisper-base (local)'")."""
-    emptied = "The model cache was emptied, so the next request starts from free memory."
-    if isinstance(e, (torch.cuda.OutOfMemoryError, MemoryError)):
+    """A loading exception as one sentence for a person, with no server path in it. `what`
+    names the thing loaded ("the folder 'whisper-base (local)'")."""
+    if out_of_memory(e):
         where = "GPU memory" if device.type == "cuda" else "memory"
         precision = dtype_name(dtype)
         return CheckpointError(
-            f"There is not enough {where} to load {what} in {precision}. {emptied} "
-            "A smaller checkpoint, or half precision on a GPU, needs less."
+            f"There is not enough {where} to load {what} in {precision}. The model cache was "
+            "emptied, so the next request starts from free memory. A smaller checkpoint, or "
+            "half precision on a GPU, needs less."
         )
     reason = str(e).splitlines()[0][:200] if str(e) else type(e).__name__
     if hub and ("connect" in reason.lower() or "offline" in reason.lower()):
         reason = "the Hugging Face Hub could not be reached"
-    return CheckpointError(f"Could not load {what}: {reason.rstrip('.')}. {emptied}")
+    return CheckpointError(f"Could not load {what}: {without_paths(reason).rstrip('.')}.")
+
+
+def out_of_memory(e: BaseException) -> bool:
+    """A failure that emptying the model cache can cure."""
+    return isinstance(e, (torch.cuda.OutOfMemoryError, MemoryError))
+
+
+_ABSOLUTE_PATH = re.compile(r"(?<![\w.:/])/(?:[^\s/'\"`]+/)*([^\s/'\"`]+)")
+
+
+def without_paths(text: str) -> str:
+    """`text` (a library's error) with each absolute path cut to its last part, so a message
+    never shows where the server keeps its files: the Hugging Face cache is named as such,
+    the models folder as `shown` names it."""
+    for folder, name in ((hub_cache_dir(), "the Hugging Face cache"), (models_dir(), None)):
+        for spelling in {str(folder), str(folder.resolve())}:
+            text = text.replace(spelling, name or shown(folder))
+    return _ABSOLUTE_PATH.sub(lambda m: m.group(1), text)
 
 
 class ModelCache:
     """A small LRU of loaded checkpoints, so a request never reloads what an earlier one loaded.
 
     Keys are (id, folder, device, dtype, encoder dtype); a derived model (the self-int8 draft,
-    which has no encoder) is keyed by its main's id, device and dtype. A failed
-    load (out of memory or anything else) empties the whole cache, so the memory a half-loaded
-    model or its neighbours held is free for the next request, and raises CheckpointError with
-    one sentence. Problems found before loading (unknown id, the Hub offline) leave it alone.
+    which has no encoder) is keyed by its main's id, device and dtype. A load that runs out of
+    memory empties the whole cache, so the memory a half-loaded model and its neighbours held is
+    free for the next request; any other failed load (the Hub unreachable, a broken file) keeps
+    what is loaded, since dropping it would cure nothing and cost the next visitor a reload.
+    Either way it raises CheckpointError with one sentence. Problems found before loading
+    (unknown id, the Hub not used and the checkpoint not cached) leave it alone too. Every
+    model it holds stops at its next pass when its run's stop flag is set (specwhisper.cancel).
     """
 
     def __init__(self, capacity: int = 4):
@@ -689,10 +821,14 @@ class ModelCache:
         try:
             return load()
         except Exception as e:
-            self.clear()
+            if out_of_memory(e):
+                self.clear()
+            else:
+                gc.collect()  # a half-built model's tensors may sit in the traceback's cycles
             raise _load_failure(what, hub, device, dtype, e) from e
 
     def _put(self, key: tuple, loaded: Loaded) -> None:
+        cancel.check_before_passes(loaded.model)  # runs with a stop flag end at the next pass
         self.total_load_s += loaded.load_time_s
         self._items[key] = loaded
         while len(self._items) > self.capacity:

@@ -145,7 +145,7 @@ def test_page_builds_offline_with_local_checkpoints_only(tiny_app):
     assert "Offline mode" in markdown
     assert str(tiny_app) not in markdown  # the server's absolute path stays private
     # The API and the button share one slot: timed runs never overlap.
-    timed = [f for f in demo.fns.values() if f.fn in (run_compare, on_compare)]
+    timed = [f for f in demo.fns.values() if inspect.unwrap(f.fn) in (run_compare, on_compare)]
     assert {f.api_name for f in timed} == {"compare", "on_compare"}
     assert all(f.concurrency_limit == 1 and f.concurrency_id == "compare" for f in timed)
 

@@ -148,3 +148,61 @@ def test_refusals_never_show_the_servers_absolute_models_folder(tiny_models, use
             models.resolve(name)
         assert str(tiny_models) not in str(caught.value)
         assert tiny_models.name in str(caught.value)
+
+
+# --- transformers' notices about its own calls -------------------------------------------------
+
+
+@pytest.fixture
+def transformers_log():
+    """Records every transformers notice at warning level and above, with warning_once's memory
+    cleared first (it logs each message once per process)."""
+    import logging
+
+    from transformers.utils import logging as transformers_logging
+
+    records: list[str] = []
+
+    class Collect(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            records.append(record.getMessage())
+
+    root = logging.getLogger("transformers")
+    handler, level = Collect(logging.WARNING), transformers_logging.get_verbosity()
+    transformers_logging.set_verbosity_warning()
+    logging.Logger.warning_once.cache_clear()
+    root.addHandler(handler)
+    yield records
+    root.removeHandler(handler)
+    transformers_logging.set_verbosity(level)
+
+
+def test_a_decode_logs_no_generation_config_deprecation(app_models, use_models, transformers_log):
+    """transformers' Whisper generate passes its own generation_config with suppress_tokens
+    kwargs; the notice it then logs about itself is filtered, and only that one."""
+    import logging
+
+    import numpy as np
+
+    from specwhisper import decoding
+
+    use_models(app_models)
+    main = models.ModelCache().get(resolve("tiny-random-a"), torch.device("cpu"), torch.float32)
+    features = decoding.prepare_features(main, np.zeros(16000, dtype=np.float32))
+    decode = lambda: decoding.decode_baseline(main, features, decoding.DecodeOptions())  # noqa: E731
+    notice = "Passing `generation_config` together with generation-related"
+
+    decode()
+    assert not [m for m in transformers_log if notice in m]
+
+    utils_log = logging.getLogger("transformers.generation.utils")
+    (own_calls,) = [f for f in utils_log.filters if isinstance(f, models.TransformersOwnCalls)]
+    utils_log.removeFilter(own_calls)
+    try:
+        logging.Logger.warning_once.cache_clear()
+        decode()  # without the filter transformers still says it: the filter is still needed
+        assert [m for m in transformers_log if notice in m]
+    finally:
+        utils_log.addFilter(own_calls)
+    utils_log.warning(f"{notice} arguments=({{'top_k'}}) is deprecated")
+    assert transformers_log[-1].startswith(notice), "a notice about our own arguments was hidden"

@@ -123,3 +123,15 @@ def test_only_the_app_preloads_at_import(monkeypatch):
     monkeypatch.setenv("SPECWHISPER_PRELOAD", "1")
     monkeypatch.delenv("SPACE_ID")
     assert preload_wanted("app") is True
+
+
+def test_the_stop_wrapper_keeps_the_forked_path_working(forked_app):
+    """The page's handlers are awaited through stops_when_gone, whose stop flag the forked
+    worker never sees (it stops with the GPU call instead); a request still runs whole there."""
+    import asyncio
+
+    from specwhisper.ui.stopping import stops_when_gone
+
+    request = (str(SPANISH), "auto", "transcribe", "tiny-random-a", "tiny-random-b")
+    result = asyncio.run(stops_when_gone(run_compare)(*request, repeats=1))
+    assert result["identical"] is True and result["baseline"]["token_ids"]

@@ -8,6 +8,7 @@ One concern per module:
   api        the `compare` endpoint's fields as one table: hidden inputs and the request built
   handlers   what the endpoint and Compare run: request, audio, loading, device, rendering
   device     the ZeroGPU-decorated calls that run models, and the GPU time they reserve
+  stopping   timed runs stop between model passes when their visitor cancels or leaves
   errors     errors worded for a person
   verdict    the headline (IDENTICAL or MISMATCH, speed-up, precision) and the two columns
   tokens     the draft-token view and the step table

@@ -21,6 +21,12 @@ log = logging.getLogger(__name__)
 
 TURBO = "openai/whisper-large-v3-turbo"  # the main with no assistant but itself (TURBO_NOTE)
 
+# Above the form when the Hub was not switched off but did not answer at start-up.
+HUB_UNREACHABLE = (
+    "**The Hugging Face Hub did not answer** when this server started, so only its local "
+    "checkpoints and the Hub checkpoints already in its cache are listed."
+)
+
 
 def default_pair() -> tuple[str, str]:
     """The (main, assistant) labels the page starts on, for this hardware and Hub access."""
@@ -118,4 +124,6 @@ def form_start() -> FormStart:
     if assistant not in assistants:
         assistant = default_assistant
     notice = models_notice(mains, offline)
+    if offline and mains and not models.offline_mode():
+        notice = HUB_UNREACHABLE
     return FormStart(mains, main, assistants, assistant, english_only, main_note, notice)

@@ -9,8 +9,10 @@ GPU call, into the same cache; every worker forked after that starts with it. Ze
 these functions decorated by the time the server starts: the handlers import this module, so
 app.py's `from specwhisper.ui import ...` decorates them.
 
-Everywhere else (no `spaces` package) they are plain functions. This module does not read audio
-or draw anything.
+Everywhere else (no `spaces` package) they are plain functions, run in the handler's thread,
+where a run stops at its next model pass once its visitor has gone (specwhisper.ui.stopping);
+a forked ZeroGPU worker does not see that stop flag and ends with its GPU call. This module
+does not read audio or draw anything.
 """
 
 from __future__ import annotations

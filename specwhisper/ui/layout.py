@@ -16,6 +16,8 @@ from specwhisper.ui.choices import examples, form_start, on_main_change, referen
 from specwhisper.ui.form import Form, form_section
 from specwhisper.ui.handlers import on_compare, run_compare
 from specwhisper.ui.share import share_section
+from specwhisper.ui.startup import skip_queue_analytics
+from specwhisper.ui.stopping import stops_when_gone
 from specwhisper.ui.tokens import ORIGINS, STEP_COLUMNS
 
 
@@ -31,6 +33,7 @@ def build_demo() -> gr.Blocks:
         batch = batch_section(enabled=bool(start.mains))
         api = api_section(start.main or "", start.assistant)
         _wire(form, results, batch, api)
+    skip_queue_analytics()
     demo.queue(max_size=32, default_concurrency_limit=4)
     accept_short_calls(demo)
     return demo
@@ -202,9 +205,11 @@ def _wire(form: Form, results: Results, batch: Batch, api: Api) -> None:
     """The events. Timed runs (the API, Compare, Compare in batches) share one slot, so two
     requests never slow each other down; only `compare` is public."""
     timed = dict(concurrency_limit=1, concurrency_id="compare")
-    api.button.click(run_compare, api.inputs, api.output, api_name="compare", **timed)
+    # Each timed run stops between two model passes when its visitor cancels or leaves.
+    run_compare_, on_compare_, on_batch_ = map(stops_when_gone, (run_compare, on_compare, on_batch))
+    api.button.click(run_compare_, api.inputs, api.output, api_name="compare", **timed)
     form.run.click(
-        on_compare,
+        on_compare_,
         [form.audio],
         results.outputs(),
         inputs_kwargs=form.settings(),
@@ -219,7 +224,7 @@ def _wire(form: Form, results: Results, batch: Batch, api: Api) -> None:
     )
     form.audio.change(reference_for, form.audio, results.reference, api_visibility="private")
     batch.run.click(
-        on_batch,
+        on_batch_,
         [batch.files, batch.sizes, batch.repeats, form.main, form.assistant, form.language],
         [batch.summary, batch.table, batch.chart],
         api_visibility="private",

@@ -1,5 +1,6 @@
 """What app.py does once at start-up besides building the page: load the default pair ahead of
-the first visitor where that is wanted, and the options the server launches with."""
+the first visitor where that is wanted, the options the server launches with, and the gradio
+queue work this app has no use for."""
 
 from __future__ import annotations
 
@@ -39,6 +40,19 @@ def preload_default_pair() -> None:
         compare.load_pair(CompareRequest(main=main, assistant=assistant))
     except (CheckpointError, CompareError) as e:  # the page still starts, and says why later
         log.warning("The default pair %s + %s was not preloaded: %s", main, assistant, e)
+
+
+# Events between two rebuilds of gradio's monitoring summary: in effect, never.
+ANALYTICS_EVERY = str(10**12)
+
+
+def skip_queue_analytics() -> None:
+    """Before the queue is made: gradio's queue rebuilds a pandas summary of up to 10,000 past
+    events after every event, for a monitoring dashboard this app never turns on (launch's
+    enable_monitoring), in a thread beside the next run; and pandas 3 flags the calls it makes
+    (Pandas4Warning, twice an event). GRADIO_ANALYTICS_CACHE_FREQUENCY is how often it does
+    that; a value set in the environment wins."""
+    os.environ.setdefault("GRADIO_ANALYTICS_CACHE_FREQUENCY", ANALYTICS_EVERY)
 
 
 def launch_options() -> dict[str, Any]:
