@@ -23,7 +23,7 @@ import torch
 
 from specwhisper import compare, decoding
 from specwhisper.audio import SAMPLE_RATE
-from specwhisper.compare import CompareRequest
+from specwhisper.compare import CheckedRequest, CompareRequest
 from specwhisper.decoding import DecodeOptions, Features
 from specwhisper.models import Loaded
 
@@ -121,15 +121,16 @@ def _find(haystack: list[int], needle: list[int]) -> int | None:
 def add_token_times(
     result: dict[str, Any],
     samples: np.ndarray,
-    req: CompareRequest,
+    req: CompareRequest | CheckedRequest,
     progress: compare.Progress | None = None,
 ) -> dict[str, Any]:
     """The compare API's JSON with `speculative.token_times_s` (each token's start in the audio,
     one per `speculative.token_ids`) added, or `speculative.token_times_note` saying why not.
     The pair is a cache hit: the comparison has just run on it."""
-    main, _, _ = compare.load_pair(req)
+    checked = compare.checked(req)
+    main, _, _ = compare.load_pair(checked)
     features = decoding.prepare_features(main, samples)
-    opts = compare.decode_options(req, main, compare.language_code(req.language))
+    opts = compare.decode_options(checked.request, main.checkpoint, checked.language)
     spec = result["speculative"]
     if result["baseline"]["token_ids"] != spec["token_ids"]:
         spec["token_times_note"] = DIFFERENT_TOKENS
