@@ -253,6 +253,10 @@ class Comparison:
                 "n_main_forwards": r.n_main_forwards,
                 "n_windows": r.n_windows,
                 "engine": r.engine,
+                # where the last timed run's time went (time_s is the median of all of them)
+                "encoder_s": round(r.encoder_s, 4),
+                "main_forward_s": round(r.main_forward_s, 4),
+                "draft_s": round(r.draft_s, 4),
             }
             if r.segments:
                 d["segments"] = [dataclasses.asdict(s) for s in r.segments]

@@ -94,7 +94,7 @@ class DecodeResult:
     segments: tuple[Segment, ...] = ()  # with timestamps only
     main_forward_s: float = 0.0  # total time inside main decoder forwards (incl. proj)
     draft_s: float = 0.0  # total time inside the draft
-    encoder_s: float = 0.0  # total time inside the encoder (baseline runs)
+    encoder_s: float = 0.0  # total time inside the main's encoder
     # with the fallback recipe: the temperature each decoded window ended at (0.0: greedy)
     window_temperatures: tuple[float, ...] = ()
 
@@ -343,6 +343,7 @@ def decode_speculative(
         raise ValueError(problem)
     kwargs = generate_kwargs(main, features, opts)
     meter = ForwardMeter(main.model.model.decoder, main.device)
+    encoder = ForwardMeter(main.model.model.encoder, main.device)  # the same for both columns
     stats = LoopStats(drafting=meter.paused)  # a main drafting for itself: not main passes
     context = contextlib.ExitStack()
     if opts.engine == "specwhisper":
@@ -374,7 +375,7 @@ def decode_speculative(
     temperatures: list[float] = []
     if opts.fallback:
         context.enter_context(record_fallback(main.model, temperatures))
-    with meter, context, torch.inference_mode():
+    with meter, encoder, context, torch.inference_mode():
         output, seconds = timed(
             lambda: main.model.generate(features.input_features, **kwargs), main.device
         )
@@ -391,6 +392,7 @@ def decode_speculative(
         n_draft_tokens=n_draft,
         n_accepted=n_acc,
         draft_s=stats.draft_s,
+        encoder_s=encoder.total_s,
         window_temperatures=tuple(temperatures),
     )
 
