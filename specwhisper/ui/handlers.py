@@ -19,7 +19,7 @@ import pandas as pd
 import torch
 
 from specwhisper import compare
-from specwhisper.audio import AudioLimits, load_audio
+from specwhisper.audio import AudioError, AudioLimits, load_audio
 from specwhisper.compare import CompareRequest
 from specwhisper.ui import device
 from specwhisper.ui.api import compare_request
@@ -179,10 +179,18 @@ def on_estimate(audio: str | None, main: str | None, repeats: Any) -> str:
         return ""
     try:
         n_repeats = int(repeats)
-        duration_s = load_audio(audio, AudioLimits.from_env()).duration_s
-    except (TypeError, ValueError):  # AudioError is a ValueError
+    except (TypeError, ValueError):
+        return ""
+    try:
+        duration_s = load_audio(audio, audio_limits()).duration_s
+    except AudioError:
         return ""
     return estimate_line(duration_s, n_repeats, main, SPEEDS.speed(main))
+
+
+def audio_limits() -> AudioLimits:
+    """The longest audio and largest file this process takes: longer on a GPU."""
+    return AudioLimits.from_env(on_gpu=torch.cuda.is_available())
 
 
 class Run(NamedTuple):
@@ -205,7 +213,7 @@ def compare_run(audio: str | None, req: CompareRequest, progress: gr.Progress | 
         compare.check_request(req)  # a wrong checkpoint or language is reported before decoding
         report = device.reporter(progress)
         report(0.0, "Reading the audio")
-        clip = load_audio(audio, AudioLimits.from_env(on_gpu=torch.cuda.is_available()))
+        clip = load_audio(audio, audio_limits())
         main, _, load_s = compare.load_pair(req, progress=report)
         result = device.on_device(clip.samples, req, progress)
         # what this process loaded, plus what the worker had to load itself (0 when it found
