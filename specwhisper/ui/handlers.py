@@ -39,6 +39,9 @@ from specwhisper.ui.verdict import render_error, render_side, render_verdict
 
 # This machine's speed, from the comparisons it has finished: the estimate before each run.
 SPEEDS = SpeedLog()
+# The verdict while a run is under way: blank, and tall enough for the progress bar, which
+# would otherwise spill over the reference text under it.
+RUNNING = '<div style="min-height: 96px"></div>'
 
 
 def run_compare(
@@ -155,11 +158,23 @@ def on_compare(
     )
 
 
+def on_start() -> Shown:
+    """The page as a run starts: every view of the last run emptied, so only the progress bar
+    shows where the result will be (over no older text), and no older result stays beside a
+    run of another clip. The estimate above stays."""
+    return cleared(gr.skip(), RUNNING)
+
+
 def failed(message: str, estimate: str = "") -> Shown:
     """The page after a failed run: the sentence in the verdict's place, every view empty."""
+    return cleared(estimate, render_error(message))
+
+
+def cleared(estimate: Any, verdict: str) -> Shown:
+    """The page with this estimate and verdict, and every other view empty."""
     return Shown(
         estimate,
-        render_error(message),
+        verdict,
         "",
         "",
         None,

@@ -14,7 +14,7 @@ from specwhisper.ui.batch import on_batch
 from specwhisper.ui.batch_view import BATCH_COLUMNS
 from specwhisper.ui.choices import examples, form_start, on_main_change, reference_for
 from specwhisper.ui.form import Form, form_section
-from specwhisper.ui.handlers import on_compare, on_estimate, run_compare
+from specwhisper.ui.handlers import on_compare, on_estimate, on_start, run_compare
 from specwhisper.ui.tokens import ORIGINS, STEP_COLUMN_WIDTHS, STEP_COLUMNS
 
 
@@ -72,8 +72,8 @@ def results_section() -> Results:
     """How long a run takes, the verdict (where the one progress bar shows), the reference, the
     two columns, then the views under them."""
     estimate = gr.Markdown(elem_id="estimate")
-    # min_height: room for the progress bar, which shows here alone while a run is under way
-    verdict = gr.HTML(texts.VERDICT_PLACEHOLDER, min_height=120, elem_id="verdict")
+    # the one progress bar shows here, over handlers.RUNNING, while a run is under way
+    verdict = gr.HTML(texts.VERDICT_PLACEHOLDER, elem_id="verdict")
     reference = gr.Textbox(
         label="Reference (what is said in the example clip)",
         interactive=False,
@@ -212,6 +212,8 @@ def _wire(form: Form, results: Results, batch: Batch, api: Api) -> None:
     timed = dict(concurrency_limit=1, concurrency_id="compare")
     api.button.click(run_compare, api.inputs, api.output, api_name="compare", **timed)
     form.run.click(
+        on_start, None, results.outputs(), api_visibility="private", show_progress="hidden"
+    ).then(
         on_compare,
         [form.audio],
         results.outputs(),
