@@ -13,6 +13,7 @@ import pytest
 
 from specwhisper import compare, models
 from specwhisper.compare import CompareRequest
+from specwhisper.ui import handlers
 from specwhisper.ui.api import API_FIELDS, compare_request
 from specwhisper.ui.batch import on_batch, run_batch
 from specwhisper.ui.choices import TURBO, default_pair, on_main_change, reference_for
@@ -298,6 +299,18 @@ def test_a_failed_run_replaces_the_result_with_its_sentence(tiny_app, tmp_path):
     assert bad.token_view.open is False
     with pytest.raises(gr.Error, match="contains text"):  # the API still raises
         run_compare(str(notes), "auto", "transcribe", "tiny-random-a", "self-int8")
+
+
+def test_a_view_that_fails_to_draw_is_a_sentence_too(tiny_app, monkeypatch):
+    def broken(*args):
+        raise KeyError("speedup")
+
+    monkeypatch.setattr(handlers, "render_verdict", broken)
+    shown = on_compare(
+        str(SPANISH), language="Auto-detect", task="transcribe", main="tiny-random-a (local)",
+        assistant="self-int8", gamma=3, repeats=1,
+    )  # fmt: skip
+    assert GENERIC_ERROR in shown.verdict and not shown.baseline and "KeyError" not in shown.verdict
 
 
 def test_person_readable_errors_and_a_generic_one_for_the_rest(tiny_app, monkeypatch, tmp_path):

@@ -2,6 +2,10 @@
 load the pair in this (the server's) process, run on the device, and hand the result to the
 renderers. The API answers with the result itself; the button draws it.
 
+On the page a failed run's sentence takes the verdict's place and every other view is emptied
+(as it is when a run starts), so an older clip's result never stays on screen; the API raises.
+Each finished run also measures this machine's speed, for the estimate shown before the next.
+
 The handlers decode nothing themselves (specwhisper.compare does, through device) and draw
 nothing themselves (verdict, tokens, figure, snippet and exports do). Batch mode's handler is in
 batch.py.
@@ -135,14 +139,21 @@ def on_compare(
     the verdict would be and clears every other view, so no older clip's result stays on
     screen; the API (run_compare) raises instead, for its callers."""
     try:
-        req = compare_request(**settings)
-        run = compare_run(audio, req, progress)
+        with person_errors():  # a view that fails to draw, too, is a sentence, not red pills
+            req = compare_request(**settings)
+            run = compare_run(audio, req, progress)
+            shown = drawn(run, req)
     except gr.Error as e:
-        gr.Warning(html.escape(e.message), title="Not compared")
+        gr.Warning(html.escape(e.message), title="Not compared")  # the sentence stays below
         return failed(e.message, on_estimate(audio, settings.get("main"), settings.get("repeats")))
-    result, pieces = run.result, run.pieces
-    for note in result["audio_notes"]:
+    for note in run.result["audio_notes"]:
         gr.Warning(note)
+    return shown
+
+
+def drawn(run: Run, req: CompareRequest) -> Shown:
+    """A finished run in every view; the draft-token view opened."""
+    result, pieces = run.result, run.pieces
     return Shown(
         estimate_line(result["duration_s"], req.repeats, req.main, SPEEDS.speed(req.main)),
         render_verdict(result, pieces),
