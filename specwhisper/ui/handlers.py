@@ -2,6 +2,10 @@
 load the pair in this (the server's) process, run on the device, and hand the result to the
 renderers. The API answers with the result itself; the button draws it.
 
+On the page a failed run's sentence takes the verdict's place and every other view is emptied
+(as it is when a run starts), so an older clip's result never stays on screen; the API raises.
+Each finished run also measures this machine's speed, for the estimate shown before the next.
+
 The handlers decode nothing themselves (specwhisper.compare does, through device) and draw
 nothing themselves (verdict, tokens, figure, snippet and exports do). Batch mode's handler is in
 batch.py.
@@ -9,23 +13,39 @@ batch.py.
 
 from __future__ import annotations
 
+import html
+import time
 from typing import Any, NamedTuple
 
 import gradio as gr
 import numpy as np
+import pandas as pd
 import torch
 
 from specwhisper import compare
-from specwhisper.audio import AudioLimits, load_audio
+from specwhisper.audio import AudioError, AudioLimits, load_audio
 from specwhisper.compare import CompareRequest
 from specwhisper.ui import device
 from specwhisper.ui.api import compare_request
 from specwhisper.ui.errors import person_errors
-from specwhisper.ui.exports import markdown_table, timings_frame, write_json
+from specwhisper.ui.estimate import SpeedLog, estimate_line, measured_speed
+from specwhisper.ui.exports import markdown_table, write_json
 from specwhisper.ui.figure import audio_figure
 from specwhisper.ui.snippet import reproduce_snippet
-from specwhisper.ui.tokens import draft_tokens, result_token_ids, steps_frame, token_pieces
-from specwhisper.ui.verdict import render_side, render_verdict
+from specwhisper.ui.tokens import (
+    STEP_COLUMNS,
+    draft_tokens,
+    result_token_ids,
+    steps_frame,
+    token_pieces,
+)
+from specwhisper.ui.verdict import render_error, render_side, render_verdict
+
+# This machine's speed, from the comparisons it has finished: the estimate before each run.
+SPEEDS = SpeedLog()
+# The verdict while a run is under way: blank, and tall enough for the progress bar, which
+# would otherwise spill over the reference text under it.
+RUNNING = '<div style="min-height: 96px"></div>'
 
 
 def run_compare(
@@ -93,30 +113,110 @@ def run_compare(
     return compare_run(audio, req, progress).result
 
 
+class Shown(NamedTuple):
+    """What the Compare button draws, in layout.Results.outputs() order."""
+
+    estimate: str  # how long Compare takes on this clip, above the verdict
+    verdict: str  # the headline, or the failed run's sentence
+    baseline: str
+    speculative: str
+    spectrogram: Any  # a matplotlib figure, or None
+    token_view: Any  # gr.Accordion(open=...): the draft-token view, open once a result exists
+    origins: list[tuple[str, str | None]] | None
+    steps: pd.DataFrame
+    snippet: str
+    markdown: str
+    json_file: str | None
+
+
 def on_compare(
     audio: str | None,
     progress: gr.Progress = gr.Progress(),  # noqa: B008
     **settings: Any,
-) -> tuple[Any, ...]:
+) -> Shown:
     """The Compare button: the API's run, drawn into the page. `settings` are the page's fields
-    by CompareRequest name (gradio's inputs_kwargs)."""
-    req = compare_request(**settings)
-    run = compare_run(audio, req, progress)
-    result, pieces = run.result, run.pieces
-    for note in result["audio_notes"]:
+    by CompareRequest name (gradio's inputs_kwargs). A run that fails puts its sentence where
+    the verdict would be and clears every other view, so no older clip's result stays on
+    screen; the API (run_compare) raises instead, for its callers."""
+    try:
+        with person_errors():  # a view that fails to draw, too, is a sentence, not red pills
+            req = compare_request(**settings)
+            run = compare_run(audio, req, progress)
+            shown = drawn(run, req)
+    except gr.Error as e:
+        gr.Warning(html.escape(e.message), title="Not compared")  # the sentence stays below
+        return failed(e.message, on_estimate(audio, settings.get("main"), settings.get("repeats")))
+    for note in run.result["audio_notes"]:
         gr.Warning(note)
-    return (
+    return shown
+
+
+def drawn(run: Run, req: CompareRequest) -> Shown:
+    """A finished run in every view; the draft-token view opened."""
+    result, pieces = run.result, run.pieces
+    return Shown(
+        estimate_line(result["duration_s"], req.repeats, req.main, SPEEDS.speed(req.main)),
         render_verdict(result, pieces),
         render_side(result, "baseline"),
         render_side(result, "speculative"),
         audio_figure(run.samples, result),
+        gr.Accordion(open=True),
         draft_tokens(result, pieces),
         steps_frame(result, pieces),
         reproduce_snippet(result, req),
         markdown_table(result),
         write_json(result),
-        timings_frame(result),
     )
+
+
+def on_start() -> Shown:
+    """The page as a run starts: every view of the last run emptied, so only the progress bar
+    shows where the result will be (over no older text), and no older result stays beside a
+    run of another clip. The estimate above stays."""
+    return cleared(gr.skip(), RUNNING)
+
+
+def failed(message: str, estimate: str = "") -> Shown:
+    """The page after a failed run: the sentence in the verdict's place, every view empty."""
+    return cleared(estimate, render_error(message))
+
+
+def cleared(estimate: Any, verdict: str) -> Shown:
+    """The page with this estimate and verdict, and every other view empty."""
+    return Shown(
+        estimate,
+        verdict,
+        "",
+        "",
+        None,
+        gr.Accordion(open=False),
+        None,
+        pd.DataFrame(columns=STEP_COLUMNS),
+        "",
+        "",
+        None,
+    )
+
+
+def on_estimate(audio: str | None, main: str | None, repeats: Any) -> str:
+    """The estimate above the result for the clip and settings now in the form; empty when the
+    clip cannot be read (Compare then says why) or the repeats are not a number yet."""
+    if not audio or not main:
+        return ""
+    try:
+        n_repeats = int(repeats)
+    except (TypeError, ValueError):
+        return ""
+    try:
+        duration_s = load_audio(audio, audio_limits()).duration_s
+    except AudioError:
+        return ""
+    return estimate_line(duration_s, n_repeats, main, SPEEDS.speed(main))
+
+
+def audio_limits() -> AudioLimits:
+    """The longest audio and largest file this process takes: longer on a GPU."""
+    return AudioLimits.from_env(on_gpu=torch.cuda.is_available())
 
 
 class Run(NamedTuple):
@@ -135,11 +235,12 @@ def compare_run(audio: str | None, req: CompareRequest, progress: gr.Progress | 
     stays in the cache of the process every worker is forked from.
     """
     with person_errors():
+        start_s = time.perf_counter()
         # checked once: a wrong checkpoint or language is reported before decoding
         checked = compare.check_request(req)
         report = device.reporter(progress)
         report(0.0, "Reading the audio")
-        clip = load_audio(audio, AudioLimits.from_env(on_gpu=torch.cuda.is_available()))
+        clip = load_audio(audio, audio_limits())
         main, _, load_s = compare.load_pair(checked, progress=report)
         result = device.on_device(clip.samples, checked, progress)
         # what this process loaded, plus what the worker had to load itself (0 when it found
@@ -147,4 +248,7 @@ def compare_run(audio: str | None, req: CompareRequest, progress: gr.Progress | 
         result["load_time_s"] = round(load_s + result["load_time_s"], 3)
         result["audio_notes"] = list(clip.notes)
         pieces = token_pieces(main.processor.tokenizer, result_token_ids(result))
+        speed = measured_speed(result, time.perf_counter() - start_s - result["load_time_s"])
+        if speed is not None:
+            SPEEDS.add(req.main, speed)
         return Run(result, pieces, clip.samples)

@@ -14,11 +14,11 @@ from specwhisper.ui.batch import on_batch
 from specwhisper.ui.batch_view import BATCH_COLUMNS
 from specwhisper.ui.choices import examples, form_start, on_main_change, reference_for
 from specwhisper.ui.form import Form, form_section
-from specwhisper.ui.handlers import on_compare, run_compare
+from specwhisper.ui.handlers import on_compare, on_estimate, on_start, run_compare
 from specwhisper.ui.share import share_section
 from specwhisper.ui.startup import skip_queue_analytics
 from specwhisper.ui.stopping import stops_when_gone
-from specwhisper.ui.tokens import ORIGINS, STEP_COLUMNS
+from specwhisper.ui.tokens import ORIGINS, STEP_COLUMN_WIDTHS, STEP_COLUMNS
 
 
 def build_demo() -> gr.Blocks:
@@ -41,39 +41,45 @@ def build_demo() -> gr.Blocks:
 
 @dataclass(frozen=True)
 class Results:
-    """What the Compare button fills in, and the example's reference text."""
+    """What the Compare button fills in (handlers.Shown, in its order), and the example's
+    reference text."""
 
+    estimate: gr.Markdown
     verdict: gr.HTML
     reference: gr.Textbox
     baseline: gr.HTML
     speculative: gr.HTML
     spectrogram: gr.Plot
+    token_view: gr.Accordion
     origins: gr.HighlightedText
     steps: gr.Dataframe
     snippet: gr.Code
     markdown: gr.Code
     json_file: gr.File
-    timings: gr.BarPlot
 
     def outputs(self) -> list[gr.Component]:
-        """on_compare's outputs, in its order."""
+        """on_compare's outputs, in handlers.Shown's order."""
         return [
+            self.estimate,
             self.verdict,
             self.baseline,
             self.speculative,
             self.spectrogram,
+            self.token_view,
             self.origins,
             self.steps,
             self.snippet,
             self.markdown,
             self.json_file,
-            self.timings,
         ]
 
 
 def results_section() -> Results:
-    """The verdict, the reference, the two columns, then the views under them."""
-    verdict = gr.HTML(texts.VERDICT_PLACEHOLDER)
+    """How long a run takes, the verdict (where the one progress bar shows), the reference, the
+    two columns, then the views under them."""
+    estimate = gr.Markdown(elem_id="estimate")
+    # the one progress bar shows here, over handlers.RUNNING, while a run is under way
+    verdict = gr.HTML(texts.VERDICT_PLACEHOLDER, elem_id="verdict")
     reference = gr.Textbox(
         label="Reference (what is said in the example clip)",
         interactive=False,
@@ -87,14 +93,26 @@ def results_section() -> Results:
             speculative = gr.HTML()
     with gr.Accordion("The audio: what Whisper reads, and the segments", open=False):
         spectrogram = gr.Plot(show_label=False)
-    with gr.Accordion("Draft-token view: who produced each token", open=True):
+    # closed and empty until a result exists; on_compare opens it
+    with gr.Accordion("Draft-token view: who produced each token", open=False) as token_view:
         origins, steps = _token_views()
     with gr.Accordion("Run it yourself: this run in plain transformers", open=False):
         snippet = gr.Code(language="python", label="Python", buttons=["copy"])
     with gr.Accordion("Results for bloggers", open=False):
-        exports = _exports()
+        markdown, json_file = _exports()
     return Results(
-        verdict, reference, baseline, speculative, spectrogram, origins, steps, snippet, *exports
+        estimate,
+        verdict,
+        reference,
+        baseline,
+        speculative,
+        spectrogram,
+        token_view,
+        origins,
+        steps,
+        snippet,
+        markdown,
+        json_file,
     )
 
 
@@ -112,28 +130,21 @@ def _token_views() -> tuple[gr.HighlightedText, gr.Dataframe]:
         interactive=False,
         wrap=True,
         max_height=420,
-        column_widths=["7%", "9%", "26%", "18%", "14%", "26%"],
+        # fixed widths in px, not shares of the page: at 390 px a share is a few letters wide
+        # and the headers broke letter by letter; the table scrolls sideways instead
+        column_widths=STEP_COLUMN_WIDTHS,
+        elem_id="steps",
     )
     return origins, steps
 
 
-def _exports() -> tuple[gr.Code, gr.File, gr.BarPlot]:
-    """The Markdown table and the JSON file on the left, the timings chart on the right."""
-    with gr.Row(equal_height=False):
-        with gr.Column(min_width=300):
-            markdown = gr.Code(
-                language="markdown", label="Copy as Markdown", buttons=["copy"], wrap_lines=True
-            )
-            json_file = gr.File(label="Download the JSON")
-        with gr.Column(min_width=300):
-            timings = gr.BarPlot(
-                x="run",
-                y="seconds",
-                title="Generation time (median)",
-                y_title="s",
-                y_lim=[0, None],  # bars from zero, or a small gap looks huge
-            )
-    return markdown, json_file, timings
+def _exports() -> tuple[gr.Code, gr.File]:
+    """The Markdown table to paste, and the JSON file to download."""
+    markdown = gr.Code(
+        language="markdown", label="Copy as Markdown", buttons=["copy"], wrap_lines=True
+    )
+    json_file = gr.File(label="Download the JSON")
+    return markdown, json_file
 
 
 @dataclass(frozen=True)
@@ -209,13 +220,24 @@ def _wire(form: Form, results: Results, batch: Batch, api: Api) -> None:
     run_compare_, on_compare_, on_batch_ = map(stops_when_gone, (run_compare, on_compare, on_batch))
     api.button.click(run_compare_, api.inputs, api.output, api_name="compare", **timed)
     form.run.click(
+        on_start, None, results.outputs(), api_visibility="private", show_progress="hidden"
+    ).then(
         on_compare_,
         [form.audio],
         results.outputs(),
         inputs_kwargs=form.settings(),
         api_visibility="private",
+        show_progress_on=[results.verdict],  # one bar, where the result will be
         **timed,
     )
+    for field in (form.audio, form.main, form.repeats):
+        field.change(
+            on_estimate,
+            [form.audio, form.main, form.repeats],
+            results.estimate,
+            api_visibility="private",
+            show_progress="hidden",
+        )
     form.main.change(
         on_main_change,
         form.main,

@@ -3,6 +3,7 @@ the form offers. Wording only; the page's structure is in layout.py."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 from transformers.models.whisper.tokenization_whisper import LANGUAGES
@@ -117,7 +118,8 @@ def models_notice(mains: list[str], offline: bool) -> str:
 def shown_path(folder: Path) -> str:
     """A folder as the page may show it: relative to the app, never the server's absolute
     path; a folder elsewhere is named by its setting (SPECWHISPER_MODELS) and its last part."""
-    folder = Path(folder).resolve()
-    if folder.is_relative_to(APP_DIR):
-        return f"`./{folder.relative_to(APP_DIR).as_posix()}`"
-    return f"`…/{folder.name}` (set by SPECWHISPER_MODELS)"
+    # as written first: ./models may be a link to weights kept elsewhere
+    for path in (Path(os.path.abspath(folder)), Path(folder).resolve()):
+        if path.is_relative_to(APP_DIR):
+            return f"`./{path.relative_to(APP_DIR).as_posix()}`"
+    return f"`…/{Path(folder).resolve().name}` (set by SPECWHISPER_MODELS)"

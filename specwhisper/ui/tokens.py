@@ -25,6 +25,9 @@ STEP_KINDS = {
     "bonus": "bonus: the whole draft was accepted",
 }
 STEP_COLUMNS = ["Step", "Accepted", "Accepted draft", "Rejected draft", "Main token", "Why"]
+# Each column wide enough for its header's longest word and a few tokens, in px: the table
+# scrolls sideways on a phone rather than squeezing a header into a letter per line.
+STEP_COLUMN_WIDTHS = ["64px", "96px", "220px", "160px", "120px", "300px"]
 _SPECIAL_TOKEN = re.compile(r"<\|[^|]*\|>")
 
 
