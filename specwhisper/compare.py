@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from specwhisper import decoding, drafters, models
+from specwhisper import decoding, drafters, models, reference
 from specwhisper.audio import SAMPLE_RATE
 from specwhisper.decoding import DecodeOptions, DecodeResult, Features
 from specwhisper.timing import Timings, alternate, device_name
@@ -51,6 +51,7 @@ class CompareRequest:
     temperature: float = 0.0  # 0: greedy (identical tokens); > 0: sampling (same distribution)
     seed: int = 0  # sampling: the same seed repeats a run
     fallback: bool = False  # Whisper's temperature fallback recipe, in both columns
+    reference: str = ""  # another engine timed for context: "" (off), "faster-whisper:int8", ...
 
     @property
     def decoding(self) -> str:
@@ -130,6 +131,9 @@ def check_request(req: CompareRequest) -> tuple[models.Checkpoint, str | models.
     if not 1 <= req.repeats <= 20:
         raise CompareError("Repeats must be between 1 and 20.")
     device = models.default_device()  # unknown precisions are refused before anything loads
+    problem = reference.reference_problem(req.reference, on_gpu=device.type == "cuda")
+    if problem:
+        raise CompareError(problem)
     models.resolve_encoder_dtype(req.encoder_dtype, device, models.resolve_dtype(req.dtype, device))
     return main, assistant
 
@@ -162,6 +166,8 @@ class Comparison:
     draft_cross_attention: str | None = None  # drafters.cross_precision
     assistant_dtype: str = ""  # the assistant's weights ("" read as `dtype`)
     encoder_dtype: str = ""  # the main's encoder (both columns share it); "" read as `dtype`
+    # another engine timed in the same runs, for context (CompareRequest.reference); None: off
+    reference: reference.ReferenceResult | reference.ReferenceUnavailable | None = None
 
     @property
     def precision(self) -> dict[str, str]:
@@ -303,6 +309,7 @@ class Comparison:
             "duration_s": round(self.duration_s, 3),
             "language": self.language or "auto",
             "task": self.task,
+            "reference": self.reference.to_dict() if self.reference is not None else None,
         }
 
 
@@ -362,7 +369,8 @@ def compare(
 ) -> Comparison:
     """Transcribe `samples` (float32 mono 16 kHz) with and without the assistant."""
     main, assistant, load_s = load_pair(req, cache=cache, progress=progress)
-    n_runs = 2 * (req.repeats + 1)
+    n_sides = 3 if reference.parse_reference(req.reference) else 2
+    n_runs = n_sides * (req.repeats + 1)
     n_windows = max(1, math.ceil(len(samples) / SAMPLE_RATE / decoding.WINDOW_S))
     done = [0]
 
@@ -374,7 +382,7 @@ def compare(
         def on_window(*_: Any) -> None:
             window[0] += 1
             where = run_index + min(window[0], n_windows) / (n_windows + 1)
-            label = f"{side.capitalize()} run {run_index // 2 + 1} of {req.repeats + 1}"
+            label = f"{side.capitalize()} run {run_index // n_sides + 1} of {req.repeats + 1}"
             if n_windows > 1:
                 label += f", window {window[0]} of ~{n_windows}"
             progress(0.2 + 0.8 * where / n_runs, label)
@@ -437,6 +445,9 @@ def compare_loaded(
     if peer is not None:
         peer_opts = decode_options(peer, main, language, max_new_tokens)
         runs["peer"] = lambda: decoding.decode_speculative(main, assistant, features, peer_opts)
+    column = reference.prepare(req.reference, main, samples, language, opts.task)
+    if column is not None and column.run is not None:
+        runs["reference"] = column.run
     if around is not None:
         runs = {side: functools.partial(around, side, fn) for side, fn in runs.items()}
     try:
@@ -460,7 +471,12 @@ def compare_loaded(
             language=language,
         )
 
-    return comparison("speculative", req), comparison("peer", peer) if peer else None
+    ours = comparison("speculative", req)
+    if column is not None:
+        spelling = getattr(main.processor.tokenizer, "english_spelling_normalizer", None)
+        context = column.result(timings.get("reference"), ours.baseline, spelling)
+        ours = dataclasses.replace(ours, reference=context)
+    return ours, comparison("peer", peer) if peer else None
 
 
 def comparison_of(
