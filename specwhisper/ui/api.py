@@ -76,6 +76,7 @@ API_FIELDS = (
     ApiField("seed", "whole", 0),
     ApiField("fallback", "flag", False),
     ApiField("encoder_dtype", "text", "auto"),
+    ApiField("reference", "text", ""),
 )
 
 

@@ -20,9 +20,12 @@ from specwhisper.audio import AudioLimits, load_audio
 from specwhisper.compare import CompareRequest
 from specwhisper.ui import device
 from specwhisper.ui.api import compare_request
+from specwhisper.ui.choices import reference_for
 from specwhisper.ui.errors import person_errors
 from specwhisper.ui.exports import markdown_table, timings_frame, write_json
 from specwhisper.ui.figure import audio_figure
+from specwhisper.ui.form import request_settings
+from specwhisper.ui.reference_view import reference_update
 from specwhisper.ui.snippet import reproduce_snippet
 from specwhisper.ui.tokens import draft_tokens, result_token_ids, steps_frame, token_pieces
 from specwhisper.ui.verdict import render_side, render_verdict
@@ -44,6 +47,7 @@ def run_compare(
     seed: int = 0,
     fallback: bool = False,
     encoder_dtype: str = "auto",
+    reference: str = "",
     progress: gr.Progress = gr.Progress(),  # noqa: B008 - gradio's way to ask for a progress bar
 ) -> dict[str, Any]:
     """Transcribe an audio file with Whisper alone (greedy) and with an assistant model drafting
@@ -70,9 +74,13 @@ def run_compare(
         encoder_dtype: the main's encoder alone, shared by both runs: "auto" (the same as
             dtype) or "bfloat16" (about 3x faster on a CPU with AMX; the decoder still
             verifies in dtype, so the runs stay token for token).
+        reference: another engine timed beside the columns, for context: "" (off),
+            "faster-whisper:int8" or "faster-whisper:float32" ("faster-whisper:float16" on a
+            GPU). A different engine: its transcript can differ from the baseline's.
     Returns:
         JSON with `baseline` and `speculative` (text, token ids, time, speed)
-        `identical`, `first_divergence`, `speedup`, the pair, device, dtype and audio notes.
+        `identical`, `first_divergence`, `speedup`, the pair, device, dtype and audio notes;
+        `reference` (None when off): its text, time and agreement with the baseline.
     """
     req = compare_request(
         main=main,
@@ -89,6 +97,7 @@ def run_compare(
         seed=seed,
         fallback=fallback,
         encoder_dtype=encoder_dtype,
+        reference=reference,
     )
     return compare_run(audio, req, progress).result
 
@@ -100,7 +109,7 @@ def on_compare(
 ) -> tuple[Any, ...]:
     """The Compare button: the API's run, drawn into the page. `settings` are the page's fields
     by CompareRequest name (gradio's inputs_kwargs)."""
-    req = compare_request(**settings)
+    req = compare_request(**request_settings(settings))
     run = compare_run(audio, req, progress)
     result, pieces = run.result, run.pieces
     for note in result["audio_notes"]:
@@ -116,6 +125,7 @@ def on_compare(
         markdown_table(result),
         write_json(result),
         timings_frame(result),
+        reference_update(result, reference_for(audio)),
     )
 
 

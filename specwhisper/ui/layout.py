@@ -48,6 +48,7 @@ class Results:
     markdown: gr.Code
     json_file: gr.File
     timings: gr.BarPlot
+    reference_engine: gr.HTML  # faster-whisper's column, shown when asked for
 
     def outputs(self) -> list[gr.Component]:
         """on_compare's outputs, in its order."""
@@ -62,6 +63,7 @@ class Results:
             self.markdown,
             self.json_file,
             self.timings,
+            self.reference_engine,
         ]
 
 
@@ -79,6 +81,8 @@ def results_section() -> Results:
             baseline = gr.HTML()
         with gr.Column(min_width=300):
             speculative = gr.HTML()
+        with gr.Column(min_width=300):
+            reference_engine = gr.HTML(visible=False)
     with gr.Accordion("The audio: what Whisper reads, and the segments", open=False):
         spectrogram = gr.Plot(show_label=False)
     with gr.Accordion("Draft-token view: who produced each token", open=True):
@@ -88,7 +92,16 @@ def results_section() -> Results:
     with gr.Accordion("Results for bloggers", open=False):
         exports = _exports()
     return Results(
-        verdict, reference, baseline, speculative, spectrogram, origins, steps, snippet, *exports
+        verdict,
+        reference,
+        baseline,
+        speculative,
+        spectrogram,
+        origins,
+        steps,
+        snippet,
+        *exports,
+        reference_engine=reference_engine,
     )
 
 
