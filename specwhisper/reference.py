@@ -117,11 +117,10 @@ class Ct2Source:
     label: str  # what the column names, e.g. "whisper-base (local)" or a Hub repository
     folder: Path | None = None  # a CTranslate2 folder (model.bin, config.json, tokenizer.json)
     parts: tuple[Path, ...] = ()  # model.bin pieces; config.json etc. next to the first
-    hub_size: str | None = None  # faster-whisper's model name, e.g. "base"
 
     @property
     def key(self) -> str:
-        return str(self.folder or self.parts or self.hub_size)
+        return str(self.folder or self.parts)
 
 
 def ct2_source(ckpt: models.Checkpoint) -> Ct2Source:
@@ -167,39 +166,40 @@ def _offline_parts(name: str) -> list[Path]:
 
 
 def _hub_source(ckpt: models.Checkpoint) -> Ct2Source | None:
-    """faster-whisper's own CTranslate2 repository for an openai/whisper-* main, if it has one."""
-    from faster_whisper.utils import available_models
+    """faster-whisper's own CTranslate2 repository for an openai/whisper-* main, fetched into
+    (or, with the Hub off, found in) the Hugging Face cache; None if it has none or it is not
+    there."""
+    from faster_whisper.utils import available_models, download_model
 
     org, _, name = ckpt.id.partition("/")
     size = name.removeprefix("whisper-")
     if org != "openai" or size not in available_models():
         return None
-    return Ct2Source(ckpt.id, hub_size=size)
+    try:
+        folder = download_model(
+            size, local_files_only=models.hub_offline(), cache_dir=str(models.hub_cache_dir())
+        )
+    except Exception:  # with the Hub off, not in the cache; or the Hub unreachable
+        return None
+    # <cache>/models--Systran--faster-whisper-base/snapshots/<hash>: name the repository
+    repo = Path(folder).parent.parent.name
+    label = repo.removeprefix("models--").replace("--", "/") if repo.startswith("models--") else ""
+    return Ct2Source(label or ckpt.id, folder=Path(folder))
 
 
 def _model_location(source: Ct2Source) -> tuple[str, dict[str, bytes] | None]:
     """What WhisperModel takes: a folder path, or a name and the model's files in memory."""
     if source.folder is not None:
         return str(source.folder), None
-    if source.parts:
-        # CTranslate2 reads model.bin whole; joined in memory, the pieces are not copied to disk.
-        home = source.parts[0].parent
-        files = {"model.bin": b"".join(p.read_bytes() for p in source.parts)}
-        for name in ("config.json", "tokenizer.json", "preprocessor_config.json"):
-            if (home / name).is_file():
-                files[name] = (home / name).read_bytes()
-        for vocabulary in home.glob("vocabulary.*"):
-            files[vocabulary.name] = vocabulary.read_bytes()
-        return source.label, files
-    from faster_whisper.utils import download_model
-
-    try:
-        folder = download_model(source.hub_size, local_files_only=models.hub_offline())
-    except Exception as e:  # offline without it in the cache, or the Hub unreachable
-        raise ReferenceError(
-            NO_CT2.format(main=source.label) + f" ({type(e).__name__} fetching it.)"
-        ) from None
-    return folder, None
+    # CTranslate2 reads model.bin whole; joined in memory, the pieces are not copied to disk.
+    home = source.parts[0].parent
+    files = {"model.bin": b"".join(p.read_bytes() for p in source.parts)}
+    for name in ("config.json", "tokenizer.json", "preprocessor_config.json"):
+        if (home / name).is_file():
+            files[name] = (home / name).read_bytes()
+    for vocabulary in home.glob("vocabulary.*"):
+        files[vocabulary.name] = vocabulary.read_bytes()
+    return source.label, files
 
 
 # ---------------------------------------------------------------------------------------------
