@@ -254,7 +254,7 @@ def test_compare_button_renders_every_output(tiny_app):
     verdict, baseline, speculative, figure, tokens, steps, snippet, table, json_path, frame = (
         outputs[:10]
     )
-    assert outputs[10].visible is False  # no reference engine asked for: no third column
+    assert outputs[10].visible is False and outputs[11] == ""  # no reference: no third column
     assert "IDENTICAL" in verdict and "MISMATCH" not in verdict
     assert "Baseline" in baseline and "Speculative" in speculative and "Acceptance" in speculative
     assert tokens and all(label in LABELS for _, label in tokens)

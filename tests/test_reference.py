@@ -105,10 +105,10 @@ def test_page_says_when_the_main_has_no_ct2_copy(app_models, use_models):
         assistant="self-int8", gamma=3, gamma_schedule="constant", repeats=1, dtype="auto",
         timestamps=False, engine="specwhisper", reference_on=True, reference_compute_type="int8",
     )  # fmt: skip
-    column = outputs[-1]
-    assert column.visible is True
-    assert "Reference: faster-whisper (int8)" in column.value
-    assert NO_CT2.format(main="tiny-random-a") in column.value
+    box, column = outputs[-2:]
+    assert box.visible is True
+    assert "Reference: faster-whisper (int8)" in column
+    assert NO_CT2.format(main="tiny-random-a") in column
     assert "IDENTICAL" in outputs[0]  # the two columns are unaffected
 
 

@@ -25,7 +25,7 @@ from specwhisper.ui.errors import person_errors
 from specwhisper.ui.exports import markdown_table, timings_frame, write_json
 from specwhisper.ui.figure import audio_figure
 from specwhisper.ui.form import request_settings
-from specwhisper.ui.reference_view import reference_update
+from specwhisper.ui.reference_view import reference_outputs
 from specwhisper.ui.snippet import reproduce_snippet
 from specwhisper.ui.tokens import draft_tokens, result_token_ids, steps_frame, token_pieces
 from specwhisper.ui.verdict import render_side, render_verdict
@@ -125,7 +125,7 @@ def on_compare(
         markdown_table(result),
         write_json(result),
         timings_frame(result),
-        reference_update(result, reference_for(audio)),
+        *reference_outputs(result, reference_for(audio)),
     )
 
 

@@ -48,7 +48,8 @@ class Results:
     markdown: gr.Code
     json_file: gr.File
     timings: gr.BarPlot
-    reference_engine: gr.HTML  # faster-whisper's column, shown when asked for
+    reference_box: gr.Column  # faster-whisper's column, shown when asked for
+    reference_engine: gr.HTML
 
     def outputs(self) -> list[gr.Component]:
         """on_compare's outputs, in its order."""
@@ -63,6 +64,7 @@ class Results:
             self.markdown,
             self.json_file,
             self.timings,
+            self.reference_box,
             self.reference_engine,
         ]
 
@@ -81,8 +83,8 @@ def results_section() -> Results:
             baseline = gr.HTML()
         with gr.Column(min_width=300):
             speculative = gr.HTML()
-        with gr.Column(min_width=300):
-            reference_engine = gr.HTML(visible=False)
+        with gr.Column(min_width=300, visible=False) as reference_box:
+            reference_engine = gr.HTML()
     with gr.Accordion("The audio: what Whisper reads, and the segments", open=False):
         spectrogram = gr.Plot(show_label=False)
     with gr.Accordion("Draft-token view: who produced each token", open=True):
@@ -101,6 +103,7 @@ def results_section() -> Results:
         steps,
         snippet,
         *exports,
+        reference_box=reference_box,
         reference_engine=reference_engine,
     )
 

@@ -16,10 +16,11 @@ from specwhisper.reference import word_error_rate
 MAX_CHANGES = 12  # word changes listed; the rest are counted
 
 
-def reference_update(result: Mapping[str, Any], example_text: str = "") -> gr.HTML:
-    """The column's component update: shown with the reference, hidden when it was off."""
+def reference_outputs(result: Mapping[str, Any], example_text: str = "") -> tuple[gr.Column, str]:
+    """The column's box, shown only with a reference (an empty column would still take a third
+    of the row), and its HTML."""
     rendered = render_reference(result, example_text)
-    return gr.HTML(rendered, visible=bool(rendered))
+    return gr.Column(visible=bool(rendered)), rendered
 
 
 def render_reference(result: Mapping[str, Any], example_text: str = "") -> str:
