@@ -15,7 +15,7 @@ from specwhisper.audio import AudioLimits, load_audio
 from specwhisper.compare import CompareRequest
 from specwhisper.reference import NO_CT2, ReferenceError, parse_reference, reference_problem
 from specwhisper.ui.form import request_settings
-from specwhisper.ui.handlers import on_compare
+from specwhisper.ui.handlers import on_compare, run_compare
 from specwhisper.ui.reference_view import render_reference
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -110,6 +110,17 @@ def test_page_says_when_the_main_has_no_ct2_copy(app_models, use_models):
     assert "Reference: faster-whisper (int8)" in column
     assert NO_CT2.format(main="tiny-random-a") in column
     assert "IDENTICAL" in outputs[0]  # the two columns are unaffected
+    # the API: the same sentence under `reference`
+    result = run_compare(
+        str(JFK), "auto", "transcribe", "tiny-random-a", "self-int8", repeats=1,
+        reference="faster-whisper:float32",
+    )  # fmt: skip
+    assert result["reference"] == {
+        "available": False,
+        "engine": "faster-whisper",
+        "compute_type": "float32",
+        "note": NO_CT2.format(main="tiny-random-a"),
+    }
 
 
 # --- the real offline weights ---------------------------------------------------------------
