@@ -10,6 +10,7 @@ One concern per module:
   device     the ZeroGPU-decorated calls that run models, and the GPU time they reserve
   errors     errors worded for a person
   verdict    the headline (IDENTICAL or MISMATCH, speed-up, precision) and the two columns
+  reference_view  the optional third column: faster-whisper, another engine, for context
   tokens     the draft-token view and the step table
   figure     the spectrogram
   snippet    "run it yourself": the run in plain transformers
