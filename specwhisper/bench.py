@@ -6,7 +6,9 @@
 For every clip it times the plain `generate` baseline and the speculative engine (and, with
 `--peer`, transformers' own assisted generation with the same assistant) alternately, after a
 warm-up and between device syncs, with the page's own code (`compare.compare_loaded`), and
-keeps the medians. It prints a table (progress bar on stderr), writes `results.json` and
+keeps the medians. With `--reference faster-whisper[:int8|float32]` it also times
+faster-whisper (CTranslate2) on the main's weights in the same runs, for context (see
+reference.py). It prints a table (progress bar on stderr), writes `results.json` and
 `speedups.png` to `--out`, and its last stdout line is one JSON object with the totals,
 hardware and library versions.
 

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+import torch
 
 from specwhisper import models, offline
 from specwhisper.decoding import DecodeResult
@@ -231,8 +232,6 @@ _CACHE_SIZE = 2  # a reference model per compute type at most; they are small ne
 def load_reference(spec: ReferenceSpec, main: models.Loaded) -> LoadedReference:
     """faster-whisper on the main's CTranslate2 copy, on the main's device, with torch's thread
     count; cached. ReferenceError when there is no copy."""
-    import torch
-
     source = ct2_source(main.checkpoint)
     device = "cuda" if main.device.type == "cuda" else "cpu"
     threads = torch.get_num_threads()
@@ -431,7 +430,7 @@ def compare_with_baseline(
         spec=loaded.spec,
         ct2_compute_type=loaded.ct2_compute_type,
         weights=loaded.source.label,
-        device=device_name(_torch_device(loaded.device)),
+        device=device_name(torch.device(loaded.device)),
         threads=loaded.threads,
         run=run,
         time_s=timings.median_s,
@@ -443,12 +442,6 @@ def compare_with_baseline(
         same_normalized=normalize(run.text) == normalize(baseline.text),
         diff=word_diff(baseline.text, run.text),
     )
-
-
-def _torch_device(device: str):
-    import torch
-
-    return torch.device(device)
 
 
 @dataclass(frozen=True)
