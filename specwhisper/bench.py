@@ -6,7 +6,9 @@
 For every clip it times the plain `generate` baseline and the speculative engine (and, with
 `--peer`, transformers' own assisted generation with the same assistant) alternately, after a
 warm-up and between device syncs, with the page's own code (`compare.compare_loaded`), and
-keeps the medians. It prints a table (progress bar on stderr), writes `results.json` and
+keeps the medians. With `--reference faster-whisper[:int8|float32]` it also times
+faster-whisper (CTranslate2) on the main's weights in the same runs, for context (see
+reference.py). It prints a table (progress bar on stderr), writes `results.json` and
 `speedups.png` to `--out`, and its last stdout line is one JSON object with the totals,
 hardware and library versions.
 
@@ -48,6 +50,7 @@ from specwhisper import (
     examples,
     metrics,
     models,
+    reference,
     schedule,
 )
 from specwhisper.audio import SAMPLE_RATE, AudioLimits, load_audio
@@ -85,6 +88,7 @@ class Scored:
     baseline: str
     speculative: str
     peer: str | None
+    reference_engine: str | None = None  # --reference's transcript
 
 
 @dataclass(frozen=True)
@@ -119,7 +123,20 @@ class ClipResult:
         if self.peer is not None and s.peer is not None:
             row["peer"] = _side_dict(self.peer, wer([(s.reference, s.peer)]))
             row["ours_vs_peer"] = _round(self.ours_vs_peer)
+        if self.ours.reference is not None:
+            row["reference"] = self.ours.reference.to_dict()
+            if s.reference_engine is not None:
+                row["reference"]["wer"] = _round(wer([(s.reference, s.reference_engine)]))
+                row["ours_vs_reference"] = _round(self.ours_vs_reference)
         return row
+
+    @property
+    def ours_vs_reference(self) -> float | None:
+        """--reference's time over ours: above 1 means our column beat it on this clip."""
+        ref = self.ours.reference
+        if not isinstance(ref, reference.ReferenceResult) or not self.ours.speculative.time_s:
+            return None
+        return ref.time_s / self.ours.speculative.time_s
 
 
 def _side_dict(c: Comparison, error_rate: float | None) -> dict[str, Any]:
@@ -177,6 +194,7 @@ class Totals:
     peer: SideTotals | None
     ours_vs_peer: float | None  # sum of peer times / sum of our times
     median_clip_ours_vs_peer: float | None
+    reference: dict[str, Any] | None = None  # --reference's totals (reference.bench_totals)
 
     def to_dict(self) -> dict[str, Any]:
         d = {
@@ -190,6 +208,8 @@ class Totals:
             d |= self.peer.to_dict("peer")
             d["ours_vs_peer"] = _round(self.ours_vs_peer)
             d["median_clip_ours_vs_peer"] = _round(self.median_clip_ours_vs_peer)
+        if self.reference is not None:
+            d |= self.reference
         return d
 
 
@@ -363,8 +383,16 @@ def run_clip(
         baseline=normalize(ours.baseline.text),
         speculative=normalize(ours.speculative.text),
         peer=normalize(theirs.speculative.text) if theirs else None,
+        reference_engine=_reference_text(ours, normalize),
     )
     return ClipResult(clip, ours, theirs, scored)
+
+
+def _reference_text(c: Comparison, normalize: Callable[[str], str]) -> str | None:
+    """--reference's transcript, normalized; None when it did not run."""
+    if isinstance(c.reference, reference.ReferenceResult):
+        return normalize(c.reference.run.text)
+    return None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -431,6 +459,15 @@ def totals(results: list[ClipResult]) -> Totals:
     peers = [r.peer for r in results if r.peer is not None]
     peer = side_totals(peers, pairs("peer")) if len(peers) == len(results) else None
     ratios = [r.ours_vs_peer or 0.0 for r in results] if peer else []
+    refs = [r.ours.reference for r in results]
+    reference_totals = None
+    if refs and all(isinstance(ref, reference.ReferenceResult) for ref in refs):
+        reference_totals = reference.bench_totals(
+            [r.ours.baseline.time_s for r in results],
+            [r.ours.speculative.time_s for r in results],
+            refs,
+            wer(pairs("reference_engine")),
+        )
     return Totals(
         n_clips=len(results),
         audio_s=sum(r.ours.duration_s for r in results),
@@ -440,6 +477,7 @@ def totals(results: list[ClipResult]) -> Totals:
         peer=peer,
         ours_vs_peer=peer.time_s / ours.time_s if peer and ours.time_s else None,
         median_clip_ours_vs_peer=statistics.median(ratios) if ratios else None,
+        reference=reference_totals,
     )
 
 
@@ -467,7 +505,7 @@ def hardware(device: torch.device) -> dict[str, Any]:
 
 def versions() -> dict[str, str]:
     found = {"python": platform.python_version(), "specwhisper": specwhisper.__version__}
-    for package in ("torch", "transformers", "numpy", "jiwer"):
+    for package in ("torch", "transformers", "numpy", "jiwer", "faster-whisper", "ctranslate2"):
         try:
             found[package] = metadata.version(package)
         except metadata.PackageNotFoundError:
@@ -490,6 +528,9 @@ def print_table(console: Any, results: list[ClipResult], total: Totals) -> None:
     if total.peer is not None:
         table.add_column("peer", justify="right")
         table.add_column("peer ×", justify="right")
+    if total.reference is not None:
+        for name in ("ref", "ref ×", "ref same"):
+            table.add_column(name, justify="right")
     for name in ("tokens", "accept", "tok/fwd", "same"):
         table.add_column(name, justify="right")
     for r in results:
@@ -498,6 +539,9 @@ def print_table(console: Any, results: list[ClipResult], total: Totals) -> None:
         cells += [f"{o.baseline.time_s:.3f}", f"{o.speculative.time_s:.3f}", f"{o.speedup:.2f}"]
         if total.peer is not None:
             cells += [f"{r.peer.speculative.time_s:.3f}", f"{r.peer.speedup:.2f}"]
+        if total.reference is not None:
+            ref = o.reference
+            cells += [f"{ref.time_s:.3f}", f"{ref.speedup:.2f}", _reference_same(ref)]
         cells += [str(o.baseline.n_tokens), f"{o.speculative.acceptance_rate:.0%}"]
         cells += [f"{o.speculative.tokens_per_main_forward:.2f}", _same(o)]
         table.add_row(*cells)
@@ -507,6 +551,10 @@ def print_table(console: Any, results: list[ClipResult], total: Totals) -> None:
     cells += [f"{ours.time_s:.3f}", f"{ours.speedup:.2f}"]
     if total.peer is not None:
         cells += [f"{total.peer.time_s:.3f}", f"{total.peer.speedup:.2f}"]
+    if total.reference is not None:
+        t = total.reference
+        cells += [f"{t['reference_s']:.3f}", f"{t['reference_speedup']:.2f}"]
+        cells += [f"{t['reference_same_text_clips']}/{total.n_clips}"]
     cells += [str(sum(r.ours.baseline.n_tokens for r in results))]
     cells += [f"{ours.acceptance_rate:.0%}", f"{ours.tokens_per_main_forward:.2f}"]
     cells += [f"{ours.identical_clips}/{total.n_clips}"]
@@ -537,8 +585,34 @@ def print_table(console: Any, results: list[ClipResult], total: Totals) -> None:
             f"{PEER_ENGINE}' assisted generation with a full Whisper assistant does not "
             "reproduce), so no peer totals"
         )
+    if total.reference is not None:
+        lines += reference_lines(total.reference, total.n_clips)
     for line in lines:
         console.print(line, highlight=False)
+
+
+def reference_lines(t: dict[str, Any], n_clips: int) -> list[str]:
+    """--reference's summary: its ratios against the baseline and ours, its text agreement."""
+    return [
+        f"reference {t['reference']} (CTranslate2 {t['reference_ct2_compute_type']}, "
+        f"{t['reference_threads']} threads): {t['reference_speedup']:.2f}× the baseline in "
+        f"total, median clip {t['reference_median_clip_speedup']:.2f}×, min clip "
+        f"{t['reference_min_clip_speedup']:.2f}×",
+        f"ours vs reference (its time / ours): total {t['ours_vs_reference']:.2f}×, median clip "
+        f"{t['median_clip_ours_vs_reference']:.2f}×, min clip "
+        f"{t['min_clip_ours_vs_reference']:.2f}×",
+        f"reference vs baseline text: same token ids {t['reference_identical_clips']}/{n_clips}, "
+        f"same text {t['reference_same_text_clips']}/{n_clips}, same after normalizing "
+        f"{t['reference_same_normalized_clips']}/{n_clips}; WER {_pct(t['wer_reference'])} "
+        "(a different engine: its transcript may differ)",
+    ]
+
+
+def _reference_same(ref: reference.ReferenceResult) -> str:
+    """tokens, text, norm (same after normalizing) or no: how close to the baseline's."""
+    if ref.same_tokens:
+        return "tokens"
+    return "text" if ref.same_text else "norm" if ref.same_normalized else "no"
 
 
 def _same(c: Comparison) -> str:
@@ -550,21 +624,26 @@ def _pct(x: float | None) -> str:
 
 
 def save_chart(results: list[ClipResult], total: Totals, path: Path, title: str) -> None:
-    """Per-clip speed-ups as bars (ours, and peer when run), with a line at 1.0."""
+    """Per-clip speed-ups as bars (ours, the peer and the reference when run), with a line at
+    1.0."""
     from matplotlib.figure import Figure
 
     n = len(results)
     x = np.arange(n)
-    width = 0.4 if total.peer is not None else 0.8
-    fig = Figure(figsize=(max(6.0, 0.35 * n + 2.0), 4.5))
-    ax = fig.add_subplot()
-    ours = [r.ours.speedup for r in results]
-    shift = -width / 2 if total.peer is not None else 0.0
     engine = results[0].ours.engine
-    ax.bar(x + shift, ours, width, label=f"{engine} (total {total.ours.speedup:.2f}×)")
+    bars = [([r.ours.speedup for r in results], f"{engine} (total {total.ours.speedup:.2f}×)")]
     if total.peer is not None:
         peer = [r.peer.speedup if r.peer else 0.0 for r in results]
-        ax.bar(x + width / 2, peer, width, label=f"{PEER_ENGINE} (total {total.peer.speedup:.2f}×)")
+        bars.append((peer, f"{PEER_ENGINE} (total {total.peer.speedup:.2f}×)"))
+    if total.reference is not None:
+        ref = [r.ours.reference.speedup for r in results]
+        name, ref_total = total.reference["reference"], total.reference["reference_speedup"]
+        bars.append((ref, f"{name}, reference (total {ref_total:.2f}×)"))
+    width = 0.8 / len(bars)
+    fig = Figure(figsize=(max(6.0, 0.35 * n + 2.0), 4.5))
+    ax = fig.add_subplot()
+    for i, (values, label) in enumerate(bars):
+        ax.bar(x + (i - (len(bars) - 1) / 2) * width, values, width, label=label)
     ax.axhline(1.0, color="black", linewidth=1, linestyle="--")
     ax.set_xticks(x, [r.clip.name for r in results], rotation=60, ha="right", fontsize=7)
     ax.set_ylabel("speed-up over baseline (×)")
@@ -614,6 +693,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--timestamps", action="store_true", help="segment timestamps")
     parser.add_argument(
+        "--reference",
+        nargs="?",
+        const=reference.ENGINE,
+        default="",
+        type=reference_flag,
+        metavar="faster-whisper[:int8|float32|float16]",
+        help="also time faster-whisper (CTranslate2) on the main's weights, greedy, for context "
+        f"(default compute type {reference.DEFAULT_COMPUTE_TYPE}; float16 on a GPU only)",
+    )
+    parser.add_argument(
         "--temperature",
         type=float,
         default=0.0,
@@ -661,6 +750,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         batch_problem = bench_batch.problem(args)
         if batch_problem:
             parser.error(batch_problem)
+    if args.reference and (args.batch_size is not None or args.batch_sweep):
+        parser.error("--reference times one clip at a time; it does not run in batch mode")
     if args.peer and args.engine == PEER_ENGINE:
         parser.error(f"--peer times {PEER_ENGINE}' assisted generation; use --engine specwhisper")
     if (args.peer_gamma is not None or args.peer_gamma_schedule) and not args.peer:
@@ -675,6 +766,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         if getattr(args, name) is not None and getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be at least 1")
     return args
+
+
+def reference_flag(value: str) -> str:
+    """--reference's value, checked: "faster-whisper[:compute type]" as spec.name."""
+    try:
+        spec = reference.parse_reference(value)
+    except reference.ReferenceError as e:
+        raise argparse.ArgumentTypeError(str(e)) from None
+    return spec.name if spec else ""
 
 
 def request(args: argparse.Namespace) -> CompareRequest:
@@ -692,6 +792,7 @@ def request(args: argparse.Namespace) -> CompareRequest:
         temperature=args.temperature,
         seed=args.seed,
         fallback=args.fallback,
+        reference=args.reference,
     )
 
 
@@ -708,7 +809,8 @@ def run_all(
 
     peer = peer_gamma(args)
     warmup = 0 if args.no_warmup else 1
-    n_runs = len(clips) * (3 if peer else 2) * (req.repeats + warmup)
+    n_sides = 2 + bool(peer) + bool(req.reference)
+    n_runs = len(clips) * n_sides * (req.repeats + warmup)
     columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn()]
     results = []
     with Progress(*columns, TimeElapsedColumn(), console=Console(stderr=True)) as progress:
@@ -791,6 +893,7 @@ def settings_of(
         "max_new_tokens": args.max_new_tokens,
         "manifest": str(Path(args.manifest).resolve()),
         "load_time_s": round(load_s, 3),
+        "reference": req.reference or None,
     }
 
 
@@ -845,6 +948,8 @@ def main(argv: list[str] | None = None) -> int:
             clips = join_clips(clips, args.join)
         check_clips(checked, clips)
         main_model, assistant, load_s = compare.load_pair(checked)
+        if req.reference:  # no CTranslate2 copy of the main: said now, not after the clips
+            reference.load_reference(reference.parse_reference(req.reference), main_model)
     except ValueError as e:  # BenchError, CompareError, CheckpointError, AudioError
         print(f"error: {e}", file=sys.stderr, flush=True)
         return EXIT_BAD_INPUT

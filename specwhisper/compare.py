@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from specwhisper import decoding, drafters, metrics, models
+from specwhisper import decoding, drafters, metrics, models, reference
 from specwhisper.audio import SAMPLE_RATE
 from specwhisper.decoding import DecodeOptions, DecodeResult, Features
 from specwhisper.timing import Timings, alternate, device_name
@@ -52,6 +52,7 @@ class CompareRequest:
     temperature: float = 0.0  # 0: greedy (identical tokens); > 0: sampling (same distribution)
     seed: int = 0  # sampling: the same seed repeats a run
     fallback: bool = False  # Whisper's temperature fallback recipe, in both columns
+    reference: str = ""  # another engine timed for context: "" (off), "faster-whisper:int8", ...
 
     @property
     def decoding(self) -> str:
@@ -147,6 +148,9 @@ def check_request(req: CompareRequest) -> CheckedRequest:
     device = models.default_device()  # unknown precisions are refused before anything loads
     dtype = models.resolve_dtype(req.dtype, device)
     encoder_dtype = models.resolve_encoder_dtype(req.encoder_dtype, device, dtype)
+    problem = reference.reference_problem(req.reference, on_gpu=device.type == "cuda")
+    if problem:
+        raise CompareError(problem)
     return CheckedRequest(req, main, assistant, code, device, dtype, encoder_dtype)
 
 
@@ -238,6 +242,8 @@ class Comparison:
     speculative: DecodeResult
     baseline_times_s: tuple[float, ...]  # every timed repeat
     speculative_times_s: tuple[float, ...]
+    # another engine timed in the same runs, for context (CompareRequest.reference); None: off
+    reference: reference.ReferenceResult | reference.ReferenceUnavailable | None = None
 
     @property
     def engine(self) -> str:
@@ -302,6 +308,7 @@ class Comparison:
             "duration_s": round(setup.duration_s, 3),
             "language": setup.language or "auto",
             "task": setup.task,
+            "reference": self.reference.to_dict() if self.reference is not None else None,
         }
 
 
@@ -402,7 +409,8 @@ def compare(
     ok = checked(req)
     main, assistant, load_s = load_pair(ok, cache=cache, progress=progress)
     repeats = ok.request.repeats
-    n_runs = 2 * (repeats + 1)
+    n_sides = 3 if reference.parse_reference(ok.request.reference) else 2
+    n_runs = n_sides * (repeats + 1)
     n_windows = max(1, math.ceil(len(samples) / SAMPLE_RATE / decoding.WINDOW_S))
     done = [0]
 
@@ -414,7 +422,7 @@ def compare(
         def on_window(*_: Any) -> None:
             window[0] += 1
             where = run_index + min(window[0], n_windows) / (n_windows + 1)
-            label = f"{side.capitalize()} run {run_index // 2 + 1} of {repeats + 1}"
+            label = f"{side.capitalize()} run {run_index // n_sides + 1} of {repeats + 1}"
             if n_windows > 1:
                 label += f", window {window[0]} of ~{n_windows}"
             progress(0.2 + 0.8 * where / n_runs, label)
@@ -478,6 +486,9 @@ def compare_loaded(
     if peer is not None:
         peer_opts = decode_options(peer, main.checkpoint, language, max_new_tokens)
         runs["peer"] = lambda: decoding.decode_speculative(main, assistant, features, peer_opts)
+    column = reference.prepare(req.reference, main, samples, language, opts.task)
+    if column is not None and column.run is not None:
+        runs["reference"] = column.run
     if around is not None:
         runs = {side: functools.partial(around, side, fn) for side, fn in runs.items()}
     try:
@@ -500,7 +511,12 @@ def compare_loaded(
         )
         return comparison_of(side_req, setup, timings["baseline"], timings[side])
 
-    return comparison("speculative", req), comparison("peer", peer) if peer else None
+    ours = comparison("speculative", req)
+    if column is not None:
+        spelling = getattr(main.processor.tokenizer, "english_spelling_normalizer", None)
+        context = column.result(timings.get("reference"), ours.baseline, spelling)
+        ours = dataclasses.replace(ours, reference=context)
+    return ours, comparison("peer", peer) if peer else None
 
 
 def comparison_of(req: CompareRequest, setup: Setup, base: Timings, spec: Timings) -> Comparison:

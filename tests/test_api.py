@@ -41,6 +41,7 @@ PARAMETERS = [
     "audio", "language", "task", "main", "assistant",
     "gamma", "gamma_schedule", "repeats", "dtype", "timestamps", "engine",
     "temperature", "seed", "fallback", "encoder_dtype",  # new and optional: older callers work
+    "reference",
 ]  # fmt: skip
 
 
@@ -103,6 +104,7 @@ def test_compare_returns_the_documented_json(server):
     assert result["draft_cross_attention"] in ("float32", "bfloat16")  # the lean draft's copy
     assert result["audio_notes"] == ["Resampled from 8000 Hz to 16000 Hz."]
     assert result["decoding"] == "greedy" and result["temperature"] == 0.0
+    assert result["reference"] is None  # no reference engine unless asked for
 
 
 def test_sampling_through_the_api(server):

@@ -264,7 +264,10 @@ def test_compare_button_renders_every_output(tiny_app):
         snippet,
         table,
         json_path,
+        reference_box,
+        reference_html,
     ) = outputs
+    assert reference_box.visible is False and reference_html == ""  # no reference column
     assert "IDENTICAL" in verdict and "MISMATCH" not in verdict
     assert "main passes" in verdict and "Where the time went" in verdict
     assert "takes about" in estimate  # the run just finished measured this machine

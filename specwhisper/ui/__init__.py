@@ -12,6 +12,7 @@ One concern per module:
   errors     errors worded for a person
   verdict    the headline (IDENTICAL or MISMATCH, speed-up and what bounds it, where the time
              went, precision), a failed run's sentence, and the two columns
+  reference_view  the optional third column: faster-whisper, another engine, for context
   tokens     the draft-token view and the step table
   figure     the spectrogram
   snippet    "run it yourself": the run in plain transformers

@@ -146,6 +146,7 @@ API_FIELDS = (
     ApiField("seed", "whole", 0, label="The seed", max_value=MAX_SEED),
     ApiField("fallback", "flag", False, label="Fallback"),
     ApiField("encoder_dtype", "text", "auto", label="The encoder dtype (encoder_dtype)"),
+    ApiField("reference", "text", "", label="The reference engine"),
 )
 
 

@@ -1,14 +1,16 @@
 """The page's top section, the form: the audio with its examples, the main and its assistant,
-language and task, the advanced settings, and the Compare button. Builds components; what they
-do when changed or pressed is wired in layout.py."""
+language and task, the advanced settings (the reference engine among them), and the Compare
+button. Builds components, and turns the form's values into the `compare` endpoint's settings;
+what the components do when changed or pressed is wired in layout.py."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Any
 
 import gradio as gr
 
-from specwhisper import decoding
+from specwhisper import decoding, models, reference
 from specwhisper.examples import Example
 from specwhisper.schedule import SCHEDULES
 from specwhisper.ui import texts
@@ -36,11 +38,31 @@ class Form:
     temperature: gr.Slider
     seed: gr.Number
     fallback: gr.Checkbox
+    reference_on: gr.Checkbox  # also time faster-whisper
+    reference_compute_type: gr.Dropdown  # ... in this compute type
     run: gr.Button
 
     def settings(self) -> dict[str, gr.Component]:
-        """Every setting but the audio, by API field name (on_compare's keyword inputs)."""
-        return {f.name: getattr(self, f.name) for f in API_FIELDS if f.kind != "audio"}
+        """Every setting but the audio, by API field name (on_compare's keyword inputs); the
+        reference is a checkbox and a compute type, joined by `request_settings`."""
+        joined = ("audio", "reference")
+        named = {f.name: getattr(self, f.name) for f in API_FIELDS if f.name not in joined}
+        return named | {
+            "reference_on": self.reference_on,
+            "reference_compute_type": self.reference_compute_type,
+        }
+
+
+def request_settings(settings: dict[str, Any]) -> dict[str, Any]:
+    """The form's values as the endpoint's settings: the reference checkbox and its compute
+    type become one `reference` value ("" when off). Settings without them pass unchanged."""
+    settings = dict(settings)
+    on = settings.pop("reference_on", None)
+    compute_type = settings.pop("reference_compute_type", None)
+    if on is not None:
+        chosen = compute_type or reference.DEFAULT_COMPUTE_TYPE
+        settings["reference"] = f"{reference.ENGINE}:{chosen}" if on else ""
+    return settings
 
 
 def form_section(start: FormStart, examples: list[Example]) -> Form:
@@ -126,4 +148,30 @@ def _advanced_settings() -> dict[str, gr.Component]:
         label="Whisper's temperature fallback (both columns; our engine only)",
         info=texts.FALLBACK_INFO,
     )
+    fields |= _reference_settings()
     return fields
+
+
+REFERENCE_INFO = (
+    "A third column: faster-whisper, what CPU users often run instead, on the main's CTranslate2 "
+    "weights with the baseline's settings (greedy, no timestamps, no VAD), timed the same way. "
+    "A different engine: its transcript can differ. It needs a CTranslate2 copy of the main (the "
+    "offline checkpoints and faster-whisper's own Hub models have one)."
+)
+
+
+def _reference_settings() -> dict[str, gr.Component]:
+    """The reference engine: a checkbox and its compute type (float16 only on a GPU)."""
+    on_gpu = models.default_device().type == "cuda"
+    with gr.Row():
+        on = gr.Checkbox(
+            False, label="Also time faster-whisper (CTranslate2)", info=REFERENCE_INFO, scale=3
+        )
+        compute_type = gr.Dropdown(
+            reference.compute_types(on_gpu),
+            value=reference.DEFAULT_COMPUTE_TYPE,
+            label="faster-whisper compute type",
+            min_width=140,
+            scale=1,
+        )
+    return {"reference_on": on, "reference_compute_type": compute_type}

@@ -27,10 +27,13 @@ from specwhisper.audio import AudioError, AudioLimits, load_audio
 from specwhisper.compare import CompareRequest
 from specwhisper.ui import device
 from specwhisper.ui.api import compare_request
+from specwhisper.ui.choices import reference_for
 from specwhisper.ui.errors import person_errors
 from specwhisper.ui.estimate import SpeedLog, estimate_line, measured_speed
 from specwhisper.ui.exports import markdown_table, write_json
 from specwhisper.ui.figure import audio_figure
+from specwhisper.ui.form import request_settings
+from specwhisper.ui.reference_view import reference_outputs
 from specwhisper.ui.snippet import reproduce_snippet
 from specwhisper.ui.tokens import (
     STEP_COLUMNS,
@@ -64,6 +67,7 @@ def run_compare(
     seed: int = 0,
     fallback: bool = False,
     encoder_dtype: str = "auto",
+    reference: str = "",
     progress: gr.Progress = gr.Progress(),  # noqa: B008 - gradio's way to ask for a progress bar
 ) -> dict[str, Any]:
     """Transcribe an audio file with Whisper alone (greedy) and with an assistant model drafting
@@ -90,9 +94,13 @@ def run_compare(
         encoder_dtype: the main's encoder alone, shared by both runs: "auto" (the same as
             dtype) or "bfloat16" (about 3x faster on a CPU with AMX; the decoder still
             verifies in dtype, so the runs stay token for token).
+        reference: another engine timed beside the columns, for context: "" (off),
+            "faster-whisper:int8" or "faster-whisper:float32" ("faster-whisper:float16" on a
+            GPU). A different engine: its transcript can differ from the baseline's.
     Returns:
         JSON with `baseline` and `speculative` (text, token ids, time, speed)
-        `identical`, `first_divergence`, `speedup`, the pair, device, dtype and audio notes.
+        `identical`, `first_divergence`, `speedup`, the pair, device, dtype and audio notes;
+        `reference` (None when off): its text, time and agreement with the baseline.
     """
     req = compare_request(
         main=main,
@@ -109,6 +117,7 @@ def run_compare(
         seed=seed,
         fallback=fallback,
         encoder_dtype=encoder_dtype,
+        reference=reference,
     )
     return compare_run(audio, req, progress).result
 
@@ -127,6 +136,8 @@ class Shown(NamedTuple):
     snippet: str
     markdown: str
     json_file: str | None
+    reference_box: Any  # gr.Column(visible=...): the reference column, shown when one ran
+    reference_engine: str  # the reference column's HTML
 
 
 def on_compare(
@@ -140,9 +151,9 @@ def on_compare(
     screen; the API (run_compare) raises instead, for its callers."""
     try:
         with person_errors():  # a view that fails to draw, too, is a sentence, not red pills
-            req = compare_request(**settings)
+            req = compare_request(**request_settings(settings))
             run = compare_run(audio, req, progress)
-            shown = drawn(run, req)
+            shown = drawn(run, req, reference_for(audio))
     except gr.Error as e:
         gr.Warning(html.escape(e.message), title="Not compared")  # the sentence stays below
         return failed(e.message, on_estimate(audio, settings.get("main"), settings.get("repeats")))
@@ -151,8 +162,9 @@ def on_compare(
     return shown
 
 
-def drawn(run: Run, req: CompareRequest) -> Shown:
-    """A finished run in every view; the draft-token view opened."""
+def drawn(run: Run, req: CompareRequest, example_text: str = "") -> Shown:
+    """A finished run in every view; the draft-token view opened. `example_text`: what is said
+    in an example clip, for the reference column's WER ("" for other audio)."""
     result, pieces = run.result, run.pieces
     return Shown(
         estimate_line(result["duration_s"], req.repeats, req.main, SPEEDS.speed(req.main)),
@@ -166,6 +178,7 @@ def drawn(run: Run, req: CompareRequest) -> Shown:
         reproduce_snippet(result, req),
         markdown_table(result),
         write_json(result),
+        *reference_outputs(result, example_text),
     )
 
 
@@ -195,6 +208,8 @@ def cleared(estimate: Any, verdict: str) -> Shown:
         "",
         "",
         None,
+        gr.Column(visible=False),
+        "",
     )
 
 

@@ -56,6 +56,8 @@ class Results:
     snippet: gr.Code
     markdown: gr.Code
     json_file: gr.File
+    reference_box: gr.Column  # faster-whisper's column, shown when asked for
+    reference_engine: gr.HTML
 
     def outputs(self) -> list[gr.Component]:
         """on_compare's outputs, in handlers.Shown's order."""
@@ -71,6 +73,8 @@ class Results:
             self.snippet,
             self.markdown,
             self.json_file,
+            self.reference_box,
+            self.reference_engine,
         ]
 
 
@@ -91,6 +95,8 @@ def results_section() -> Results:
             baseline = gr.HTML()
         with gr.Column(min_width=300):
             speculative = gr.HTML()
+        with gr.Column(min_width=300, visible=False) as reference_box:
+            reference_engine = gr.HTML()
     with gr.Accordion("The audio: what Whisper reads, and the segments", open=False):
         spectrogram = gr.Plot(show_label=False)
     # closed and empty until a result exists; on_compare opens it
@@ -113,6 +119,8 @@ def results_section() -> Results:
         snippet,
         markdown,
         json_file,
+        reference_box,
+        reference_engine,
     )
 
 

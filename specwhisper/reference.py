@@ -1,0 +1,522 @@
+"""faster-whisper (CTranslate2) as a reference engine: what a CPU user would pick instead.
+
+A *reference* is another engine shown beside the columns for context. It runs the same main's
+weights with decoding settings equal to the baseline's (greedy: one beam, temperature 0, no
+timestamps, no VAD, no conditioning on earlier windows, the language given or detected), is
+timed by the same rules (warm-up first, median of the repeats, in turn with the other runs),
+and is compared with the baseline's transcript: token ids, exact text, text normalized the way
+the bench scores WER, and a word diff. Its transcript may differ (its own feature extraction
+and kernels): that is reported, not treated as a failure.
+
+Weights: for the offline checkpoints, the CTranslate2 model the converter read (a package
+folder, or model.bin pieces joined in memory, so nothing is copied to disk); a `ctranslate2/`
+folder inside a local checkpoint; for Hub mains, faster-whisper's own CTranslate2 repository
+(e.g. "base" -> Systran/faster-whisper-base), from the Hugging Face cache when the Hub is off.
+Without one, a sentence says so.
+
+It does not decode audio files, load transformers models or know about the page.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import statistics
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+
+from specwhisper import models, offline
+from specwhisper.decoding import DecodeResult
+from specwhisper.timing import Timings, device_name
+
+ENGINE = "faster-whisper"
+COMPUTE_TYPES = ("int8", "float32", "float16")  # float16 on a GPU only
+DEFAULT_COMPUTE_TYPE = "int8"  # what CPU users of faster-whisper usually run
+CT2_SUBFOLDER = "ctranslate2"  # a local checkpoint's own CTranslate2 copy, if it has one
+
+NO_CT2 = "No CTranslate2 copy of {main} is available here, so faster-whisper cannot run it."
+DIFFERENT_ENGINE = (
+    "faster-whisper is a different engine (CTranslate2, with its own feature extraction and "
+    "kernels), so its transcript can differ from the baseline's: it is shown for context, not as "
+    "a column that must be identical."
+)
+TIMING = (
+    "median of {repeats} after warm-up, in turn with the other runs; includes its own log-mel "
+    "features (the other columns' are computed once, before timing)"
+)
+
+
+class ReferenceError(ValueError):
+    """A reference problem worded for a person."""
+
+
+# ---------------------------------------------------------------------------------------------
+# What was asked for
+
+
+@dataclass(frozen=True)
+class ReferenceSpec:
+    """A reference engine and its compute type, e.g. faster-whisper:int8."""
+
+    engine: str
+    compute_type: str
+
+    @property
+    def name(self) -> str:
+        return f"{self.engine}:{self.compute_type}"
+
+
+def parse_reference(value: str | None) -> ReferenceSpec | None:
+    """ "" (or "off") -> None; "faster-whisper[:int8|float32|float16]" -> the spec."""
+    text = (value or "").strip().lower()
+    if text in ("", "off", "none"):
+        return None
+    engine, _, compute_type = text.partition(":")
+    if engine != ENGINE:
+        raise ReferenceError(f"Unknown reference engine '{value}'; use {ENGINE} or leave it off.")
+    compute_type = compute_type or DEFAULT_COMPUTE_TYPE
+    if compute_type not in COMPUTE_TYPES:
+        raise ReferenceError(
+            f"Unknown compute type '{compute_type}' for {ENGINE}; use "
+            + ", ".join(COMPUTE_TYPES[:-1])
+            + f" (or {COMPUTE_TYPES[-1]} on a GPU)."
+        )
+    return ReferenceSpec(engine, compute_type)
+
+
+def reference_problem(value: str | None, on_gpu: bool) -> str | None:
+    """Why a `reference` setting cannot run on this hardware, or None (also when it is off)."""
+    try:
+        spec = parse_reference(value)
+    except ReferenceError as e:
+        return str(e)
+    if spec is not None and spec.compute_type == "float16" and not on_gpu:
+        return f"{ENGINE} runs float16 on a GPU only; on a CPU pick int8 or float32."
+    return None
+
+
+def compute_types(on_gpu: bool) -> list[str]:
+    """The compute types the page offers on this hardware."""
+    return list(COMPUTE_TYPES) if on_gpu else [t for t in COMPUTE_TYPES if t != "float16"]
+
+
+# ---------------------------------------------------------------------------------------------
+# Where the CTranslate2 weights are
+
+
+@dataclass(frozen=True)
+class Ct2Source:
+    """One CTranslate2 model: a folder faster-whisper loads as is, or model.bin pieces."""
+
+    label: str  # what the column names, e.g. "whisper-base (local)" or a Hub repository
+    folder: Path | None = None  # a CTranslate2 folder (model.bin, config.json, tokenizer.json)
+    parts: tuple[Path, ...] = ()  # model.bin pieces; config.json etc. next to the first
+
+    @property
+    def key(self) -> str:
+        return str(self.folder or self.parts)
+
+
+def ct2_source(ckpt: models.Checkpoint) -> Ct2Source:
+    """Where the CTranslate2 copy of a main is; ReferenceError (NO_CT2) when there is none."""
+    found = _hub_source(ckpt) if ckpt.path is None else _local_source(ckpt, ckpt.path)
+    if found is None:
+        raise ReferenceError(NO_CT2.format(main=ckpt.id))
+    return found
+
+
+def _local_source(ckpt: models.Checkpoint, folder: Path) -> Ct2Source | None:
+    """The checkpoint's own ctranslate2/ folder, else the model the offline converter read."""
+    own = folder / CT2_SUBFOLDER
+    if (own / "model.bin").is_file():
+        return Ct2Source(ckpt.label, folder=own)
+    parts = _stamped_parts(folder) or _offline_parts(folder.name)
+    if not parts:
+        return None
+    if len(parts) == 1 and parts[0].name == "model.bin":
+        return Ct2Source(ckpt.label, folder=parts[0].parent)  # the installed package's folder
+    return Ct2Source(ckpt.label, parts=tuple(parts))
+
+
+def _stamped_parts(folder: Path) -> list[Path]:
+    """The model.bin pieces the converter recorded in the folder's stamp, if all still exist."""
+    try:
+        stamp = json.loads((folder / offline.STAMP_FILE).read_text())
+        parts = [Path(p) for p in stamp["source"]]
+    except (OSError, ValueError, KeyError, TypeError):
+        return []
+    return parts if parts and all(p.is_file() for p in parts) else []
+
+
+def _offline_parts(name: str) -> list[Path]:
+    """The installed weight package's pieces for an offline checkpoint name (never installs)."""
+    for source in offline.SOURCES:
+        if source.name == name:
+            try:
+                return offline.source_parts(source, install=False)
+            except offline.OfflineModelsError:
+                return []
+    return []
+
+
+def _hub_source(ckpt: models.Checkpoint) -> Ct2Source | None:
+    """faster-whisper's own CTranslate2 repository for an openai/whisper-* main, fetched into
+    (or, with the Hub off, found in) the Hugging Face cache; None if it has none or it is not
+    there."""
+    from faster_whisper.utils import available_models, download_model
+
+    org, _, name = ckpt.id.partition("/")
+    size = name.removeprefix("whisper-")
+    if org != "openai" or size not in available_models():
+        return None
+    try:
+        folder = download_model(
+            size, local_files_only=models.hub_offline(), cache_dir=str(models.hub_cache_dir())
+        )
+    except Exception:  # with the Hub off, not in the cache; or the Hub unreachable
+        return None
+    # <cache>/models--Systran--faster-whisper-base/snapshots/<hash>: name the repository
+    repo = Path(folder).parent.parent.name
+    label = repo.removeprefix("models--").replace("--", "/") if repo.startswith("models--") else ""
+    return Ct2Source(label or ckpt.id, folder=Path(folder))
+
+
+def _model_location(source: Ct2Source) -> tuple[str, dict[str, bytes] | None]:
+    """What WhisperModel takes: a folder path, or a name and the model's files in memory."""
+    if source.folder is not None:
+        return str(source.folder), None
+    # CTranslate2 reads model.bin whole; joined in memory, the pieces are not copied to disk.
+    home = source.parts[0].parent
+    files = {"model.bin": b"".join(p.read_bytes() for p in source.parts)}
+    for name in ("config.json", "tokenizer.json", "preprocessor_config.json"):
+        if (home / name).is_file():
+            files[name] = (home / name).read_bytes()
+    for vocabulary in home.glob("vocabulary.*"):
+        files[vocabulary.name] = vocabulary.read_bytes()
+    return source.label, files
+
+
+# ---------------------------------------------------------------------------------------------
+# Loading
+
+
+@dataclass(frozen=True)
+class LoadedReference:
+    """A faster-whisper model ready to run, and how it was set up."""
+
+    model: Any  # faster_whisper.WhisperModel
+    spec: ReferenceSpec
+    source: Ct2Source
+    device: str  # "cpu" or "cuda"
+    threads: int  # CTranslate2's intra-op threads (the same as torch's)
+    load_time_s: float  # 0 when it came from the cache
+
+    @property
+    def ct2_compute_type(self) -> str:
+        """What CTranslate2 runs, e.g. int8_float32 for int8 weights on a CPU."""
+        return str(self.model.model.compute_type)
+
+
+_CACHE: dict[tuple, LoadedReference] = {}
+_CACHE_LOCK = threading.Lock()
+_CACHE_SIZE = 2  # a reference model per compute type at most; they are small next to the main
+
+
+def load_reference(spec: ReferenceSpec, main: models.Loaded) -> LoadedReference:
+    """faster-whisper on the main's CTranslate2 copy, on the main's device, with torch's thread
+    count; cached. ReferenceError when there is no copy."""
+    source = ct2_source(main.checkpoint)
+    device = "cuda" if main.device.type == "cuda" else "cpu"
+    threads = torch.get_num_threads()
+    key = (source.key, spec.compute_type, device, threads)
+    with _CACHE_LOCK:
+        if key in _CACHE:
+            loaded = _CACHE[key]
+            return LoadedReference(loaded.model, spec, source, device, threads, 0.0)
+        from faster_whisper import WhisperModel
+
+        start = time.perf_counter()
+        location, files = _model_location(source)
+        model = WhisperModel(
+            location,
+            device=device,
+            compute_type=spec.compute_type,
+            cpu_threads=threads,
+            num_workers=1,
+            files=files,
+            local_files_only=True,
+        )
+        loaded = LoadedReference(model, spec, source, device, threads, time.perf_counter() - start)
+        if len(_CACHE) >= _CACHE_SIZE:
+            _CACHE.pop(next(iter(_CACHE)))
+        _CACHE[key] = loaded
+        return loaded
+
+
+# ---------------------------------------------------------------------------------------------
+# Running
+
+
+@dataclass(frozen=True)
+class ReferenceRun:
+    """One faster-whisper transcription."""
+
+    text: str
+    token_ids: tuple[int, ...]  # the segments' tokens: no prompt, no end-of-text (as ours)
+    language: str  # as given, or as it detected
+
+
+def transcribe(
+    loaded: LoadedReference, samples: np.ndarray, language: str | None, task: str | None
+) -> ReferenceRun:
+    """Transcribe with the baseline's decoding settings; the lazy segment generator is consumed
+    here, so a timer around this call times the decoding."""
+    segments, info = loaded.model.transcribe(
+        samples,
+        language=language,
+        task=task or "transcribe",
+        beam_size=1,
+        best_of=1,
+        temperature=0.0,
+        without_timestamps=True,
+        vad_filter=False,
+        condition_on_previous_text=False,
+        # The baseline (plain greedy generate) neither skips silent windows nor retries any.
+        compression_ratio_threshold=None,
+        log_prob_threshold=None,
+        no_speech_threshold=None,
+    )
+    segments = list(segments)  # transcribe() is lazy: this is where the decoding happens
+    text = "".join(s.text for s in segments).strip()
+    return ReferenceRun(text, tuple(t for s in segments for t in s.tokens), info.language)
+
+
+# ---------------------------------------------------------------------------------------------
+# Against the baseline
+
+
+def text_normalizer(language: str | None, spelling: dict[str, str] | None = None):
+    """Whisper's normalizer as the bench scores WER: the English one (with the tokenizer's
+    British->American spellings, when given) for en, the basic one otherwise, without
+    diacritics for es."""
+    from transformers.models.whisper.english_normalizer import (
+        BasicTextNormalizer,
+        EnglishTextNormalizer,
+    )
+
+    if language == "en":
+        english = EnglishTextNormalizer(spelling or {})
+        return lambda text: english(text).strip()
+    basic = BasicTextNormalizer(remove_diacritics=language == "es")
+    return lambda text: basic(text).strip()
+
+
+def word_error_rate(reference: str, hypothesis: str, language: str | None) -> float | None:
+    """WER of one transcript against a reference text, both normalized; None without one."""
+    import jiwer
+
+    normalize = text_normalizer(language)
+    truth = normalize(reference)
+    return float(jiwer.wer(truth, normalize(hypothesis))) if truth else None
+
+
+@dataclass(frozen=True)
+class WordChange:
+    """One place where the reference's words differ from the baseline's."""
+
+    baseline: str  # the baseline's words there ("" where the reference inserted words)
+    reference: str  # the reference's words there ("" where it dropped words)
+
+
+def word_diff(baseline: str, reference: str) -> tuple[WordChange, ...]:
+    """The word-level differences of two transcripts, in order."""
+    a, b = baseline.split(), reference.split()
+    matcher = difflib.SequenceMatcher(a=a, b=b, autojunk=False)
+    return tuple(
+        WordChange(" ".join(a[i1:i2]), " ".join(b[j1:j2]))
+        for op, i1, i2, j1, j2 in matcher.get_opcodes()
+        if op != "equal"
+    )
+
+
+@dataclass(frozen=True)
+class ReferenceResult:
+    """The reference column: its timed run and how its transcript compares with the baseline."""
+
+    spec: ReferenceSpec
+    ct2_compute_type: str
+    weights: str  # the CTranslate2 copy it ran
+    device: str
+    threads: int
+    run: ReferenceRun
+    time_s: float  # median of the timed repeats
+    times_s: tuple[float, ...]
+    baseline_time_s: float  # the baseline's median in the same runs
+    load_time_s: float
+    same_tokens: bool
+    same_text: bool  # exact, after stripping the edges
+    same_normalized: bool  # after Whisper's normalizer, as the bench scores WER
+    diff: tuple[WordChange, ...]  # word changes against the baseline's text
+
+    @property
+    def n_tokens(self) -> int:
+        return len(self.run.token_ids)
+
+    @property
+    def speedup(self) -> float:
+        """Baseline time over the reference's: above 1, faster-whisper beat the baseline."""
+        return self.baseline_time_s / self.time_s if self.time_s else 0.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "available": True,
+            "engine": self.spec.engine,
+            "compute_type": self.spec.compute_type,
+            "ct2_compute_type": self.ct2_compute_type,
+            "weights": self.weights,
+            "device": self.device,
+            "threads": self.threads,
+            "text": self.run.text,
+            "token_ids": list(self.run.token_ids),
+            "language": self.run.language,
+            "time_s": round(self.time_s, 4),
+            "times_s": [round(t, 4) for t in self.times_s],
+            "n_tokens": self.n_tokens,
+            "tokens_per_s": round(self.n_tokens / self.time_s, 2) if self.time_s else 0.0,
+            "speedup": round(self.speedup, 4),
+            "load_time_s": round(self.load_time_s, 3),
+            "identical": self.same_tokens,
+            "same_text": self.same_text,
+            "same_normalized_text": self.same_normalized,
+            "diff": [{"baseline": c.baseline, "reference": c.reference} for c in self.diff],
+            "timing": TIMING.format(repeats=len(self.times_s)),
+            "note": DIFFERENT_ENGINE,
+        }
+
+
+@dataclass(frozen=True)
+class ReferenceUnavailable:
+    """The reference was asked for but cannot run here; `note` says why."""
+
+    spec: ReferenceSpec
+    note: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "available": False,
+            "engine": self.spec.engine,
+            "compute_type": self.spec.compute_type,
+            "note": self.note,
+        }
+
+
+def compare_with_baseline(
+    loaded: LoadedReference,
+    timings: Timings,
+    baseline: DecodeResult,
+    spelling: dict[str, str] | None = None,
+) -> ReferenceResult:
+    """The reference's timed runs against the baseline's result (its time_s: the median)."""
+    run: ReferenceRun = timings.result
+    normalize = text_normalizer(run.language, spelling)
+    return ReferenceResult(
+        spec=loaded.spec,
+        ct2_compute_type=loaded.ct2_compute_type,
+        weights=loaded.source.label,
+        device=device_name(torch.device(loaded.device)),
+        threads=loaded.threads,
+        run=run,
+        time_s=timings.median_s,
+        times_s=timings.times_s,
+        baseline_time_s=baseline.time_s,
+        load_time_s=loaded.load_time_s,
+        same_tokens=run.token_ids == tuple(baseline.token_ids),
+        same_text=run.text == baseline.text.strip(),
+        same_normalized=normalize(run.text) == normalize(baseline.text),
+        diff=word_diff(baseline.text, run.text),
+    )
+
+
+@dataclass(frozen=True)
+class ReferenceColumn:
+    """A reference prepared for one audio: `run` to time (None when it cannot run), and what
+    turns its timings into the column."""
+
+    spec: ReferenceSpec
+    run: Callable[[], ReferenceRun] | None
+    loaded: LoadedReference | None = None
+    note: str = ""  # why it cannot run
+
+    def result(
+        self, timings: Timings | None, baseline: DecodeResult, spelling: dict[str, str] | None
+    ) -> ReferenceResult | ReferenceUnavailable:
+        if self.loaded is None or timings is None:
+            return ReferenceUnavailable(self.spec, self.note)
+        return compare_with_baseline(self.loaded, timings, baseline, spelling)
+
+
+def prepare(
+    value: str | None,
+    main: models.Loaded,
+    samples: np.ndarray,
+    language: str | None,
+    task: str | None,
+) -> ReferenceColumn | None:
+    """The reference column for a request's `reference` setting (None when off): loaded and
+    ready to time, or unavailable with a sentence saying why (no CTranslate2 copy)."""
+    spec = parse_reference(value)
+    if spec is None:
+        return None
+    try:
+        loaded = load_reference(spec, main)
+    except ReferenceError as e:
+        return ReferenceColumn(spec, None, note=str(e))
+    return ReferenceColumn(spec, lambda: transcribe(loaded, samples, language, task), loaded)
+
+
+# ---------------------------------------------------------------------------------------------
+# Totals for the bench
+
+
+def bench_totals(
+    baseline_s: Sequence[float],
+    ours_s: Sequence[float],
+    results: Sequence[ReferenceResult],
+    wer_reference: float | None,
+) -> dict[str, Any]:
+    """The reference's totals over a bench run, as new keys of its JSON: its time; its total,
+    median and min ratio against the baseline (`reference_speedup`: baseline time over its) and
+    against ours (`ours_vs_reference`: its time over ours, as `ours_vs_peer` is the peer's, so
+    above 1 means our column beat it); and how often its text agreed with the baseline's."""
+    ref_s = [r.time_s for r in results]
+    speedups = [b / r for b, r in zip(baseline_s, ref_s, strict=True) if r]
+    ours_vs = [r / o for r, o in zip(ref_s, ours_s, strict=True) if o]
+    total_ref, total_ours = sum(ref_s), sum(ours_s)
+    first = results[0]
+    return {
+        "reference": first.spec.name,
+        "reference_ct2_compute_type": first.ct2_compute_type,
+        "reference_threads": first.threads,
+        "reference_s": round(total_ref, 4),
+        "reference_speedup": round(sum(baseline_s) / total_ref, 4) if total_ref else None,
+        "reference_median_clip_speedup": _median(speedups),
+        "reference_min_clip_speedup": round(min(speedups), 4) if speedups else None,
+        "ours_vs_reference": round(total_ref / total_ours, 4) if total_ours else None,
+        "median_clip_ours_vs_reference": _median(ours_vs),
+        "min_clip_ours_vs_reference": round(min(ours_vs), 4) if ours_vs else None,
+        "reference_identical_clips": sum(r.same_tokens for r in results),
+        "reference_same_text_clips": sum(r.same_text for r in results),
+        "reference_same_normalized_clips": sum(r.same_normalized for r in results),
+        "wer_reference": None if wer_reference is None else round(wer_reference, 4),
+    }
+
+
+def _median(values: Sequence[float]) -> float | None:
+    return round(statistics.median(values), 4) if values else None
