@@ -296,10 +296,10 @@ def test_a_failed_run_replaces_the_result_with_its_sentence(tiny_app, tmp_path):
     assert "The file contains text, not audio." in bad.verdict and "IDENTICAL" not in bad.verdict
     assert bad.verdict.count("NOT COMPARED") == 1
     for name in Shown._fields:
-        if name not in ("estimate", "verdict", "token_view", "steps"):
+        if name not in ("estimate", "verdict", "token_view", "steps", "reference_box"):
             assert not getattr(bad, name), f"{name} still shows the older clip's result"
     assert bad.steps.empty and list(bad.steps.columns) == STEP_COLUMNS
-    assert bad.token_view.open is False
+    assert bad.token_view.open is False and bad.reference_box.visible is False
     with pytest.raises(gr.Error, match="contains text"):  # the API still raises
         run_compare(str(notes), "auto", "transcribe", "tiny-random-a", "self-int8")
 
@@ -558,7 +558,7 @@ def test_agents_get_compare_as_an_mcp_tool(tiny_app):
     assert list(properties) == [
         "audio", "language", "task", "main", "assistant",
         "gamma", "gamma_schedule", "repeats", "dtype", "timestamps", "engine",
-        "temperature", "seed", "fallback", "encoder_dtype",
+        "temperature", "seed", "fallback", "encoder_dtype", "reference",
     ]  # fmt: skip
     assert "self-int8" in properties["assistant"]["description"]  # each one is described
 

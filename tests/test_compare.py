@@ -107,11 +107,12 @@ API_KEYS = set(
     """baseline speculative identical first_divergence speedup predicted_speedup
     predicted_end_to_end cost_ratio mean_gamma alpha gamma gamma_schedule main assistant
     main_revision assistant_revision device dtype encoder_dtype precision draft_cross_attention
-    engine decoding temperature seed repeats timing load_time_s duration_s language task""".split()
+    engine decoding temperature seed repeats timing load_time_s duration_s language task
+    reference""".split()
 )
 BASELINE_KEYS = set(
     """text token_ids time_s times_s n_tokens tokens_per_s n_main_forwards n_windows
-    engine""".split()
+    engine encoder_s main_forward_s draft_s""".split()
 )
 SPECULATIVE_KEYS = BASELINE_KEYS | set(
     "acceptance_rate tokens_per_main_forward n_draft_tokens n_accepted steps".split()
