@@ -26,25 +26,22 @@ from typing import Any
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
-from specwhisper import drafters
 from specwhisper.audio import SAMPLE_RATE
-from specwhisper.decoding import WINDOW_S, _n_prompt_tokens, first_divergence
+from specwhisper.decoding import WINDOW_S, first_divergence, n_prompt_tokens
 from specwhisper.drafters import (
-    _attend,
-    _lean_weights,
-    attend_cross,
-    cross_dtype,
-    cross_keys_values,
     draft_vocabulary,
+    lean_cache,
+    lean_forward,
+    lean_weights,
+    main_cross_keys_values,
 )
 from specwhisper.loop import (
     DraftStep,
-    _process,
-    _projection,
     accept,
     custom_generate,
+    process_logits,
+    projection,
     step_tokens,
 )
 from specwhisper.models import SELF_INT8, Loaded
@@ -139,7 +136,7 @@ def _padded(ids: list[list[int]], device: Any) -> tuple[torch.Tensor, torch.Tens
     return padded, n_fed
 
 
-def _empty_cache() -> Any:
+def empty_cache() -> Any:
     from transformers import DynamicCache, EncoderDecoderCache
 
     return EncoderDecoderCache(DynamicCache(), DynamicCache())
@@ -201,7 +198,7 @@ class BatchDrafter(_BatchProposer):
         self.project = model.proj_out
         self.suppress, self.eos = suppress.to(draft.device), eos
         self.ragged = RaggedDecoder(
-            model.model.decoder, _empty_cache(), states, model.config.max_target_positions
+            model.model.decoder, empty_cache(), states, model.config.max_target_positions
         )
 
     def held(self) -> list[int]:
@@ -220,10 +217,10 @@ class BatchDrafter(_BatchProposer):
 
 
 class Int8BatchDrafter(_BatchProposer):
-    """The self-int8 draft, batched: Int8SelfDrafter's lean forward (fused int8 QKV, a copy of
-    the main's cross-attention keys/values in `cross_dtype()`, a preallocated cache) with a row
-    per clip, each at its own positions. It computes what the batch-of-one lean draft computes
-    for each row."""
+    """The self-int8 draft, batched: drafters.lean_forward (fused int8 QKV, a copy of the main's
+    cross-attention keys/values in `cross_dtype()`, a preallocated cache) with a row per clip,
+    each at its own positions. Each row gets what the batch-of-one lean draft computes for it,
+    but for the int8 rounding that the rows share (see lean_forward)."""
 
     def __init__(
         self,
@@ -234,55 +231,24 @@ class Int8BatchDrafter(_BatchProposer):
         features: torch.Tensor,
         main_cache: Any,  # the main's cache after prefill: its cross-attention keys/values
     ):
-        self.w = _lean_weights(draft.model)
+        self.w = lean_weights(draft.model)
         self.suppress, self.eos = suppress, eos
-        self.max_len = draft.model.config.max_target_positions
-        w, n_rows = self.w, encoder_hidden.shape[0]
-        shape = (len(w.layers), n_rows, self.max_len, w.n_heads, w.head_dim)
-        # [L, B, T_max, H, Dh]. Zeros, not empty: a row reads every position below the batch's
-        # longest (masked past its own count), and masked uninitialized memory is not harmless:
-        # a NaN or inf there times a zero attention weight is NaN, and the int8 layers then
-        # failed now and then ("min should be less than or equal to max").
-        self.k, self.v = torch.zeros(shape), torch.zeros(shape)
-        dtype = cross_dtype()
-        self.cross = [  # [B, ...] per layer, as drafters.cross_keys_values lays them out
-            cross_keys_values(layer.keys, layer.values, dtype)
-            for layer in main_cache.cross_attention_cache.layers
-        ]
+        n_rows, max_len = encoder_hidden.shape[0], draft.model.config.max_target_positions
+        # Zeros, not empty: a row reads every position below the batch's longest (masked past
+        # its own count), and masking does not make uninitialized memory harmless: a NaN or
+        # inf there times a zero attention weight is NaN, which made the int8 layers fail now
+        # and then ("min should be less than or equal to max").
+        self.k, self.v = lean_cache(self.w, n_rows, max_len, torch.zeros)
+        self.cross = main_cross_keys_values(main_cache)
         self.n = torch.zeros(n_rows, dtype=torch.long)  # [B] tokens in each row's cache
 
     def held(self) -> list[int]:
         return self.n.tolist()
 
     def _forward(self, feed: list[list[int]]) -> torch.Tensor:
-        w, linear, d = self.w, drafters.int8_linear, self.w.d_model
-        ids, n_fed = _padded(feed, "cpu")  # [B, K], [B]
-        n_rows, k = ids.shape
-        pos = (self.n[:, None] + torch.arange(k)).clamp(max=self.max_len - 1)  # [B, K]
-        rows = torch.arange(n_rows)[:, None]
-        span = int(pos.max()) + 1  # keys read: positions 0 .. span - 1
-        mask = torch.arange(span)[None, None, None, :] <= pos[:, None, :, None]  # [B,1,K,T]
-        x = (w.embed[ids] + w.positions[pos]).reshape(n_rows * k, d)  # [B*K, D]
-        for i, layer in enumerate(w.layers):
-            h = F.layer_norm(x, (d,), *layer.norm_self)
-            qkv = linear(h, layer.qkv, reduce_range=True).view(n_rows, k, 3, w.n_heads, -1)
-            self.k[i][rows, pos] = qkv[:, :, 1]  # pads land past a row's count: masked
-            self.v[i][rows, pos] = qkv[:, :, 2]
-            keys = self.k[i, :, :span].permute(0, 2, 3, 1)  # [B, H, Dh, T]
-            values = self.v[i, :, :span].transpose(1, 2)  # [B, H, T, Dh]
-            a = _attend(qkv[:, :, 0].transpose(1, 2), keys, values, mask)  # [B, H, K, Dh]
-            x = x + linear(a.transpose(1, 2).reshape(n_rows * k, d), layer.out, reduce_range=True)
-            h = F.layer_norm(x, (d,), *layer.norm_cross)
-            q = linear(h, layer.cross_q, reduce_range=True).view(n_rows, k, w.n_heads, -1)
-            a = attend_cross(q.transpose(1, 2), self.cross[i])
-            x = x + linear(a.transpose(1, 2).reshape(n_rows * k, d), layer.cross_out,
-                           reduce_range=True)  # fmt: skip
-            h = F.layer_norm(x, (d,), *layer.norm_ffn)
-            h = w.activation(linear(h, layer.fc1, reduce_range=True))
-            x = x + linear(h, layer.fc2, reduce_range=True)
-        self.n = self.n + n_fed
-        last = x.view(n_rows, k, d)[torch.arange(n_rows), (n_fed - 1).clamp(min=0)]  # [B, D]
-        return linear(F.layer_norm(last, (d,), *w.norm_final), w.head, reduce_range=True)
+        logits = lean_forward(self.w, self.k, self.v, self.cross, feed, self.held())
+        self.n = self.n + torch.tensor([len(row) for row in feed])
+        return logits
 
     def accept(self, n_valid: list[int]) -> None:
         self.n = torch.minimum(self.n, torch.tensor(n_valid))
@@ -337,7 +303,7 @@ def batched_speculative_decode(
     eos = set() if eos is None else set(eos.tolist())
     max_length = generation_config.max_length
     processors = list(logits_processor)
-    project = _projection(main)
+    project = projection(main)
     max_positions = main.config.max_target_positions
     verifier = RaggedDecoder(
         main.model.decoder, model_kwargs["past_key_values"], encoder_hidden, max_positions
@@ -353,7 +319,7 @@ def batched_speculative_decode(
         for i, row in enumerate(rows):
             n = len(fed[i])
             prefix = torch.tensor([tokens[row] + fed[i][1:]], device=device)
-            out.append(_process(processors, prefix, logits[i, :n]).argmax(-1).tolist())
+            out.append(process_logits(processors, prefix, logits[i, :n]).argmax(-1).tolist())
         return out
 
     with torch.inference_mode():
@@ -363,7 +329,7 @@ def batched_speculative_decode(
         active = list(range(len(tokens)))  # rows still decoding, in batch order
         logits = project(hidden[:, -1]).float()  # [B, V]
         steps = [
-            DraftStep((), 0, int(_process(processors, torch.tensor([t], device=device),
+            DraftStep((), 0, int(process_logits(processors, torch.tensor([t], device=device),
                                           logits[b : b + 1]).argmax()))
             for b, t in enumerate(tokens)
         ]  # fmt: skip
@@ -499,7 +465,7 @@ def _finish_batch(main: Loaded, sequences: torch.Tensor, **fields: Any) -> Batch
     rows = []
     for seq in sequences.tolist():
         ids = [int(t) for t in seq]
-        ids = ids[_n_prompt_tokens(ids, config) :]
+        ids = ids[n_prompt_tokens(ids, config) :]
         end = next((i for i, t in enumerate(ids) if t in ends), len(ids))
         rows.append(tuple(ids[:end]))
     texts = tuple(main.processor.decode(list(r), skip_special_tokens=True).strip() for r in rows)

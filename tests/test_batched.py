@@ -136,7 +136,7 @@ def test_ragged_decoder_matches_one_row_at_a_time(pair):
     states = torch.randn(3, 1500, 64)
     rows = [[5, 6, 7], [9], [11, 12]]
     with torch.inference_mode():
-        ragged = batched.RaggedDecoder(decoder, batched._empty_cache(), states, 448)
+        ragged = batched.RaggedDecoder(decoder, batched.empty_cache(), states, 448)
         ragged.feed([[1, 2], [1, 2, 3, 4], [1]])
         ragged.truncate([2, 3, 1])  # row 1 rejects its last token
         hidden = ragged.feed(rows)
@@ -180,7 +180,7 @@ def test_batched_int8_draft_computes_the_batch_of_one_draft(pair, rows, cross, m
     kept = [2, 5, 1]  # row 0 forgets its last token
     after = [[7, 8], [9], []]
     with torch.inference_mode():
-        cache = batched._empty_cache()  # the main's, after a pass: its cross-attention K/V
+        cache = batched.empty_cache()  # the main's, after a pass: its cross-attention K/V
         main.model.model.decoder(
             input_ids=torch.tensor([[1]] * len(rows)), encoder_hidden_states=states,
             past_key_values=cache, use_cache=True,
@@ -191,7 +191,7 @@ def test_batched_int8_draft_computes_the_batch_of_one_draft(pair, rows, cross, m
         together.accept([kept[r] for r in rows])
         second = together._forward([after[r] for r in rows])
         for i, r in enumerate(rows[:2]):
-            one_cache = batched._empty_cache()
+            one_cache = batched.empty_cache()
             main.model.model.decoder(
                 input_ids=torch.tensor([[1]]), encoder_hidden_states=states[i : i + 1],
                 past_key_values=one_cache, use_cache=True,
