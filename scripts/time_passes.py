@@ -39,7 +39,7 @@ def main() -> None:
     with torch.inference_mode():
         enc = m.model.encoder(feats.input_features).last_hidden_state
         cache = EncoderDecoderCache(DynamicCache(), DynamicCache())
-        verify = loop._verifier(m, cache, enc, [])
+        verify = loop.verifier(m, cache, enc, [])
         verify([], PROMPT, 1)
         n, passes = len(PROMPT), {}
         for rep in range(12):

@@ -138,7 +138,7 @@ def empty_cache() -> Any:
     return EncoderDecoderCache(DynamicCache(), DynamicCache())
 
 
-class _BatchProposer:
+class BatchLogitsDrafter:
     """Shared greedy proposing for batched drafters: subclasses keep `held` (tokens each row
     has in the draft's cache) and give `_forward(feed) -> [B, V]`, the logits after each row's
     last fed token (any row for a row fed nothing)."""
@@ -171,7 +171,7 @@ class _BatchProposer:
         return drafted
 
 
-class BatchDrafter(_BatchProposer):
+class BatchDrafter(BatchLogitsDrafter):
     """Any transformers Whisper model as a batched draft: seq2seq with its own encoder, or
     decoder-only (distil) reading the main's encoder outputs."""
 
@@ -212,7 +212,7 @@ class BatchDrafter(_BatchProposer):
         self.ragged.keep_rows(rows)
 
 
-class Int8BatchDrafter(_BatchProposer):
+class Int8BatchDrafter(BatchLogitsDrafter):
     """The self-int8 draft, batched: drafters.lean_forward (fused int8 QKV, a copy of the main's
     cross-attention keys/values in `cross_dtype()`, a preallocated cache) with a row per clip,
     each at its own positions. Each row gets what the batch-of-one lean draft computes for it,
@@ -232,8 +232,8 @@ class Int8BatchDrafter(_BatchProposer):
         n_rows, max_len = encoder_hidden.shape[0], draft.model.config.max_target_positions
         # Zeros, not empty: a row reads every position below the batch's longest (masked past
         # its own count), and masking does not make uninitialized memory harmless: a NaN or
-        # inf there times a zero attention weight is NaN, which made the int8 layers fail now
-        # and then ("min should be less than or equal to max").
+        # inf value there times a zero attention weight is NaN, and a NaN activation makes the
+        # int8 layers' dynamic quantization fail ("min should be less than or equal to max").
         self.k, self.v = lean_cache(self.w, n_rows, max_len, torch.zeros)
         self.cross = main_cross_keys_values(main_cache)
         self.n = torch.zeros(n_rows, dtype=torch.long)  # [B] tokens in each row's cache
@@ -256,11 +256,11 @@ class Int8BatchDrafter(_BatchProposer):
         self.n = self.n[index]
 
 
-def make_batch_drafter(draft: Loaded, *args: Any) -> _BatchProposer:
+def make_batch_drafter(assistant: Loaded, *args: Any) -> BatchLogitsDrafter:
     """The batched drafter for this assistant: the lean int8 one for self-int8."""
-    if draft.checkpoint.id == SELF_INT8:
-        return Int8BatchDrafter(draft, *args)
-    return BatchDrafter(draft, *args)
+    if assistant.checkpoint.id == SELF_INT8:
+        return Int8BatchDrafter(assistant, *args)
+    return BatchDrafter(assistant, *args)
 
 
 @dataclass
@@ -274,7 +274,7 @@ class BatchStats:
 
 def batched_speculative_decode(
     main: torch.nn.Module,
-    make_drafter: Callable[[torch.Tensor, torch.Tensor, Any], _BatchProposer],
+    make_drafter: Callable[[torch.Tensor, torch.Tensor, Any], BatchLogitsDrafter],
     schedule: GammaSchedule,
     stats: BatchStats,
     input_ids: torch.LongTensor,
@@ -499,7 +499,9 @@ def decode_batch_speculative(
     stats = BatchStats()
     suppress, eos = draft_vocabulary(main)
 
-    def make(encoder_hidden: torch.Tensor, features: torch.Tensor, cache: Any) -> _BatchProposer:
+    def make(
+        encoder_hidden: torch.Tensor, features: torch.Tensor, cache: Any
+    ) -> BatchLogitsDrafter:
         return make_batch_drafter(assistant, suppress, eos, encoder_hidden, features, cache)
 
     def decode(model, input_ids, logits_processor, generation_config, **rest):

@@ -57,7 +57,7 @@ def accept(drafted: list[int], choice: list[int], eos: set[int], room: int) -> D
     n_agree = 0
     while n_agree < len(drafted) and drafted[n_agree] == choice[n_agree]:
         n_agree += 1
-    return _cut(drafted, n_agree, choice[n_agree], eos, room)
+    return kept_step(drafted, n_agree, choice[n_agree], eos, room)
 
 
 def accept_sampled(
@@ -84,10 +84,10 @@ def accept_sampled(
         residual = (p[n] - q[n]).clamp(min=0)
         dist = residual if residual.sum() > 0 else p[n]
     token = draw(dist, generator)
-    return _cut(drafted, n, token, eos, room)
+    return kept_step(drafted, n, token, eos, room)
 
 
-def _cut(drafted: list[int], n_kept: int, token: int, eos: set[int], room: int) -> DraftStep:
+def kept_step(drafted: list[int], n_kept: int, token: int, eos: set[int], room: int) -> DraftStep:
     """The step that keeps drafted[:n_kept] and then the main's `token`, ending early on
     end-of-text (nothing follows it) or when `room` tokens are reached."""
     new = [*drafted[:n_kept], token]
@@ -135,7 +135,7 @@ def speculative_decode(
     eos = set() if eos is None else set(eos.tolist())
     max_length = generation_config.max_length
     processors = list(logits_processor)
-    verify = _verifier(main, cache, encoder_hidden, processors)
+    verify = verifier(main, cache, encoder_hidden, processors)
     sampling = bool(getattr(generation_config, "do_sample", False))
     # greedy drafts stop after a token under this probability (sampled ones never stop early)
     stop_below = 0.0 if sampling else schedule.stop_below
@@ -206,7 +206,7 @@ def speculative_decode(
     return sequences
 
 
-def _verifier(
+def verifier(
     main: torch.nn.Module, cache: Any, encoder_hidden: torch.Tensor, processors: list[Any]
 ) -> Callable[[list[int], list[int], int], torch.Tensor]:
     """verify(before, fed, n_last): a main pass over `fed` (the cache already holds `before`);

@@ -394,7 +394,7 @@ def test_the_distribution_test_catches_a_broken_acceptance_rule(monkeypatch):
                 break
             n += 1
         token = int(torch.multinomial(p[n], 1, generator=generator))
-        return loop._cut(drafted, n, token, eos, room)
+        return loop.kept_step(drafted, n, token, eos, room)
 
     monkeypatch.setattr(loop, "accept_sampled", broken)
     runs = sampled_runs(MAIN_TABLE, DRAFT_TABLE, gamma=4)
