@@ -330,20 +330,20 @@ def lean_forward(
     n_fed = [len(row) for row in ids]
     n_cols = max(1, *n_fed)  # K
     even = len(set(start)) == 1 and min(n_fed) == n_cols
-    offsets = torch.arange(n_cols)
     if even:
         first = start[0]
-        tokens = torch.tensor(ids)  # [B, K]
-        pos = offsets + first  # [K]
         span = first + n_cols  # keys read: positions 0 .. span - 1
+        x = w.embed[torch.tensor(ids)] + w.positions[first:span]  # [B, K, D]
         mask = torch.ones(n_cols, span, dtype=torch.bool).tril(first) if n_cols > 1 else None
     else:
         tokens = torch.tensor([row + [0] * (n_cols - len(row)) for row in ids])  # [B, K]
-        pos = (torch.tensor(start)[:, None] + offsets).clamp(max=k_cache.shape[3] - 1)  # [B, K]
+        pos = torch.tensor(start)[:, None] + torch.arange(n_cols)
+        pos = pos.clamp(max=k_cache.shape[3] - 1)  # [B, K]; a pad may sit at any position
+        rows = torch.arange(n_rows)[:, None]
         span = int(pos.max()) + 1
+        x = w.embed[tokens] + w.positions[pos]  # [B, K, D]
         mask = torch.arange(span)[None, None, None, :] <= pos[:, None, :, None]  # [B,1,K,T]
-    rows = torch.arange(n_rows)[:, None]
-    x = (w.embed[tokens] + w.positions[pos]).reshape(n_rows * n_cols, d)  # [B*K, D]
+    x = x.reshape(n_rows * n_cols, d)  # [B*K, D]
     for i, layer in enumerate(w.layers):
         h = F.layer_norm(x, (d,), *layer.norm_self)
         qkv = linear(h, layer.qkv).view(n_rows, n_cols, 3, w.n_heads, -1)  # q pre-scaled
