@@ -48,7 +48,7 @@ def time_steps() -> None:
         m.model.decoder(
             input_ids=torch.tensor([PROMPT]), encoder_hidden_states=enc, past_key_values=cache
         )
-        d = drafters.make_drafter(draft, main)
+        d = drafters.make_drafter(main, draft)
         d.begin(enc, cache, feats.input_features)
         d._forward(PROMPT)
         for kept in (None, 32768, 16384, 8192):  # text tokens kept; the specials always

@@ -72,7 +72,7 @@ def step() -> None:
         m.model.decoder(
             input_ids=torch.tensor([PROMPT]), encoder_hidden_states=enc, past_key_values=cache
         )
-        d = drafters.make_drafter(drafters.self_int8(main), main)
+        d = drafters.make_drafter(main, drafters.self_int8(main))
         i4.install()
         variants = {"int8": d.w}
         for name, head, layers, group in [

@@ -51,7 +51,7 @@ def collect(limit: int | None) -> list[dict]:
             main.model.model.decoder(
                 input_ids=torch.tensor([prompt]), encoder_hidden_states=enc, past_key_values=cache
             )
-            d = drafters.make_drafter(draft, main)
+            d = drafters.make_drafter(main, draft)
             d.begin(enc, cache, feats.input_features)
             logits, pred, conf = d._forward(prompt), [], []
             for token in true:  # the draft's greedy token and its probability, given the prefix

@@ -39,7 +39,7 @@ def main() -> None:
     with torch.inference_mode():
         enc = m.model.encoder(feats.input_features).last_hidden_state
         cache = EncoderDecoderCache(DynamicCache(), DynamicCache())
-        verify = loop._verifier(m, cache, enc, [])
+        verify = loop.verifier(m, cache, enc, [])
         verify([], PROMPT, 1)
         n, passes = len(PROMPT), {}
         for rep in range(12):
@@ -54,7 +54,7 @@ def main() -> None:
             "main pass, ms by tokens:",
             {k: round(1e3 * statistics.median(v), 1) for k, v in passes.items()},
         )
-        d = drafters.make_drafter(draft, main)
+        d = drafters.make_drafter(main, draft)
         d.begin(enc, cache, feats.input_features)
         d._forward(PROMPT)
         forwards = {1: [], 2: []}

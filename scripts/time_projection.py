@@ -59,7 +59,7 @@ def model_matrix(name: str) -> None:
     from specwhisper import loop, models
 
     model = models.CACHE.get(models.resolve(name), torch.device("cpu"), torch.float32).model
-    loop._projection(model)  # builds the [D, V] copy and the blocks the loop uses
+    loop.projection(model)  # builds the [D, V] copy and the blocks the loop uses
     _, weight_t, blocks = model._specwhisper_proj_t
     for rows in (1, 2, 6, 10, 12, 13, 14, 16, 20, 24):
         h, times = torch.randn(rows, weight_t.shape[0]), {"[D, V] copy": [], "blocks": []}

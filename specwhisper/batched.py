@@ -12,48 +12,41 @@ decoding) when drafting does not pay. Greedy only: every row's tokens are the on
 own greedy choice gives that row.
 
 Whisper's `generate` still does everything around the token loop (features, language tokens,
-logits processors), so the batched baseline is plain `generate` on the same batch;
-`compare_batches` times the two side by side with timing's alternating repeats. This module does
-not load checkpoints or read audio (see models, audio).
+logits processors), so the batched baseline is plain `generate` on the same batch. This module
+does not load checkpoints or read audio (see models, audio), and does not compare or time the
+two (batch mode, with its rows and batch sizes, is specwhisper.batch).
 """
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 import torch
-import torch.nn.functional as F
 
-from specwhisper import drafters
 from specwhisper.audio import SAMPLE_RATE
-from specwhisper.decoding import WINDOW_S, _n_prompt_tokens, first_divergence
+from specwhisper.decoding import WINDOW_S, n_prompt_tokens
 from specwhisper.drafters import (
-    _attend,
-    _lean_weights,
-    attend_cross,
-    cross_dtype,
-    cross_keys_values,
     draft_vocabulary,
+    lean_cache,
+    lean_forward,
+    lean_weights,
+    main_cross_keys_values,
 )
 from specwhisper.loop import (
     DraftStep,
-    _process,
-    _projection,
     accept,
     custom_generate,
+    process_logits,
+    projection,
     step_tokens,
 )
 from specwhisper.models import SELF_INT8, Loaded
 from specwhisper.schedule import GammaSchedule, draft_stops_early
-from specwhisper.timing import ForwardMeter, alternate, clock, timed
+from specwhisper.timing import ForwardMeter, clock, timed
 
-# The Distil-Whisper paper (Gandhi et al. 2023): speculative decoding with distil-large-v2
-# assisting large-v2 on an A100, speed-up by batch size; the page and the bench draw ours beside it.
-PAPER_A100 = {1: 2.0, 4: 1.3, 16: 0.8}
 BATCH_ONLY_GREEDY = (
     "Batch mode decodes greedily (temperature 0): speculative sampling runs one clip at a time."
 )
@@ -139,13 +132,13 @@ def _padded(ids: list[list[int]], device: Any) -> tuple[torch.Tensor, torch.Tens
     return padded, n_fed
 
 
-def _empty_cache() -> Any:
+def empty_cache() -> Any:
     from transformers import DynamicCache, EncoderDecoderCache
 
     return EncoderDecoderCache(DynamicCache(), DynamicCache())
 
 
-class _BatchProposer:
+class BatchLogitsDrafter:
     """Shared greedy proposing for batched drafters: subclasses keep `held` (tokens each row
     has in the draft's cache) and give `_forward(feed) -> [B, V]`, the logits after each row's
     last fed token (any row for a row fed nothing)."""
@@ -178,7 +171,7 @@ class _BatchProposer:
         return drafted
 
 
-class BatchDrafter(_BatchProposer):
+class BatchDrafter(BatchLogitsDrafter):
     """Any transformers Whisper model as a batched draft: seq2seq with its own encoder, or
     decoder-only (distil) reading the main's encoder outputs."""
 
@@ -201,7 +194,7 @@ class BatchDrafter(_BatchProposer):
         self.project = model.proj_out
         self.suppress, self.eos = suppress.to(draft.device), eos
         self.ragged = RaggedDecoder(
-            model.model.decoder, _empty_cache(), states, model.config.max_target_positions
+            model.model.decoder, empty_cache(), states, model.config.max_target_positions
         )
 
     def held(self) -> list[int]:
@@ -219,11 +212,11 @@ class BatchDrafter(_BatchProposer):
         self.ragged.keep_rows(rows)
 
 
-class Int8BatchDrafter(_BatchProposer):
-    """The self-int8 draft, batched: Int8SelfDrafter's lean forward (fused int8 QKV, a copy of
-    the main's cross-attention keys/values in `cross_dtype()`, a preallocated cache) with a row
-    per clip, each at its own positions. It computes what the batch-of-one lean draft computes
-    for each row."""
+class Int8BatchDrafter(BatchLogitsDrafter):
+    """The self-int8 draft, batched: drafters.lean_forward (fused int8 QKV, a copy of the main's
+    cross-attention keys/values in `cross_dtype()`, a preallocated cache) with a row per clip,
+    each at its own positions. Each row gets what the batch-of-one lean draft computes for it,
+    but for the int8 rounding that the rows share (see lean_forward)."""
 
     def __init__(
         self,
@@ -234,55 +227,24 @@ class Int8BatchDrafter(_BatchProposer):
         features: torch.Tensor,
         main_cache: Any,  # the main's cache after prefill: its cross-attention keys/values
     ):
-        self.w = _lean_weights(draft.model)
+        self.w = lean_weights(draft.model)
         self.suppress, self.eos = suppress, eos
-        self.max_len = draft.model.config.max_target_positions
-        w, n_rows = self.w, encoder_hidden.shape[0]
-        shape = (len(w.layers), n_rows, self.max_len, w.n_heads, w.head_dim)
-        # [L, B, T_max, H, Dh]. Zeros, not empty: a row reads every position below the batch's
-        # longest (masked past its own count), and masked uninitialized memory is not harmless:
-        # a NaN or inf there times a zero attention weight is NaN, and the int8 layers then
-        # failed now and then ("min should be less than or equal to max").
-        self.k, self.v = torch.zeros(shape), torch.zeros(shape)
-        dtype = cross_dtype()
-        self.cross = [  # [B, ...] per layer, as drafters.cross_keys_values lays them out
-            cross_keys_values(layer.keys, layer.values, dtype)
-            for layer in main_cache.cross_attention_cache.layers
-        ]
+        n_rows, max_len = encoder_hidden.shape[0], draft.model.config.max_target_positions
+        # Zeros, not empty: a row reads every position below the batch's longest (masked past
+        # its own count), and masking does not make uninitialized memory harmless: a NaN or
+        # inf value there times a zero attention weight is NaN, and a NaN activation makes the
+        # int8 layers' dynamic quantization fail ("min should be less than or equal to max").
+        self.k, self.v = lean_cache(self.w, n_rows, max_len, torch.zeros)
+        self.cross = main_cross_keys_values(main_cache)
         self.n = torch.zeros(n_rows, dtype=torch.long)  # [B] tokens in each row's cache
 
     def held(self) -> list[int]:
         return self.n.tolist()
 
     def _forward(self, feed: list[list[int]]) -> torch.Tensor:
-        w, linear, d = self.w, drafters.int8_linear, self.w.d_model
-        ids, n_fed = _padded(feed, "cpu")  # [B, K], [B]
-        n_rows, k = ids.shape
-        pos = (self.n[:, None] + torch.arange(k)).clamp(max=self.max_len - 1)  # [B, K]
-        rows = torch.arange(n_rows)[:, None]
-        span = int(pos.max()) + 1  # keys read: positions 0 .. span - 1
-        mask = torch.arange(span)[None, None, None, :] <= pos[:, None, :, None]  # [B,1,K,T]
-        x = (w.embed[ids] + w.positions[pos]).reshape(n_rows * k, d)  # [B*K, D]
-        for i, layer in enumerate(w.layers):
-            h = F.layer_norm(x, (d,), *layer.norm_self)
-            qkv = linear(h, layer.qkv, reduce_range=True).view(n_rows, k, 3, w.n_heads, -1)
-            self.k[i][rows, pos] = qkv[:, :, 1]  # pads land past a row's count: masked
-            self.v[i][rows, pos] = qkv[:, :, 2]
-            keys = self.k[i, :, :span].permute(0, 2, 3, 1)  # [B, H, Dh, T]
-            values = self.v[i, :, :span].transpose(1, 2)  # [B, H, T, Dh]
-            a = _attend(qkv[:, :, 0].transpose(1, 2), keys, values, mask)  # [B, H, K, Dh]
-            x = x + linear(a.transpose(1, 2).reshape(n_rows * k, d), layer.out, reduce_range=True)
-            h = F.layer_norm(x, (d,), *layer.norm_cross)
-            q = linear(h, layer.cross_q, reduce_range=True).view(n_rows, k, w.n_heads, -1)
-            a = attend_cross(q.transpose(1, 2), self.cross[i])
-            x = x + linear(a.transpose(1, 2).reshape(n_rows * k, d), layer.cross_out,
-                           reduce_range=True)  # fmt: skip
-            h = F.layer_norm(x, (d,), *layer.norm_ffn)
-            h = w.activation(linear(h, layer.fc1, reduce_range=True))
-            x = x + linear(h, layer.fc2, reduce_range=True)
-        self.n = self.n + n_fed
-        last = x.view(n_rows, k, d)[torch.arange(n_rows), (n_fed - 1).clamp(min=0)]  # [B, D]
-        return linear(F.layer_norm(last, (d,), *w.norm_final), w.head, reduce_range=True)
+        logits = lean_forward(self.w, self.k, self.v, self.cross, feed, self.held())
+        self.n = self.n + torch.tensor([len(row) for row in feed])
+        return logits
 
     def accept(self, n_valid: list[int]) -> None:
         self.n = torch.minimum(self.n, torch.tensor(n_valid))
@@ -294,11 +256,11 @@ class Int8BatchDrafter(_BatchProposer):
         self.n = self.n[index]
 
 
-def make_batch_drafter(draft: Loaded, *args: Any) -> _BatchProposer:
+def make_batch_drafter(assistant: Loaded, *args: Any) -> BatchLogitsDrafter:
     """The batched drafter for this assistant: the lean int8 one for self-int8."""
-    if draft.checkpoint.id == SELF_INT8:
-        return Int8BatchDrafter(draft, *args)
-    return BatchDrafter(draft, *args)
+    if assistant.checkpoint.id == SELF_INT8:
+        return Int8BatchDrafter(assistant, *args)
+    return BatchDrafter(assistant, *args)
 
 
 @dataclass
@@ -306,13 +268,13 @@ class BatchStats:
     """What the batched loop reports: each row's steps, and the batch's passes and times."""
 
     steps: list[list[DraftStep]] = field(default_factory=list)  # per row of the batch
-    n_main_passes: int = 0  # main decoder passes over the batch (prefill included)
+    n_main_forwards: int = 0  # main decoder forwards over the batch (prefill included)
     draft_s: float = 0.0  # time inside the draft, device synced
 
 
 def batched_speculative_decode(
     main: torch.nn.Module,
-    make_drafter: Callable[[torch.Tensor, torch.Tensor, Any], _BatchProposer],
+    make_drafter: Callable[[torch.Tensor, torch.Tensor, Any], BatchLogitsDrafter],
     schedule: GammaSchedule,
     stats: BatchStats,
     input_ids: torch.LongTensor,
@@ -337,7 +299,7 @@ def batched_speculative_decode(
     eos = set() if eos is None else set(eos.tolist())
     max_length = generation_config.max_length
     processors = list(logits_processor)
-    project = _projection(main)
+    project = projection(main)
     max_positions = main.config.max_target_positions
     verifier = RaggedDecoder(
         main.model.decoder, model_kwargs["past_key_values"], encoder_hidden, max_positions
@@ -353,20 +315,16 @@ def batched_speculative_decode(
         for i, row in enumerate(rows):
             n = len(fed[i])
             prefix = torch.tensor([tokens[row] + fed[i][1:]], device=device)
-            out.append(_process(processors, prefix, logits[i, :n]).argmax(-1).tolist())
+            out.append(process_logits(processors, prefix, logits[i, :n]).argmax(-1).tolist())
         return out
 
     with torch.inference_mode():
         # 1. Prefill: the main reads every prompt and gives each row its first token.
         hidden = verifier.feed(tokens)
-        stats.n_main_passes += 1
+        stats.n_main_forwards += 1
         active = list(range(len(tokens)))  # rows still decoding, in batch order
-        logits = project(hidden[:, -1]).float()  # [B, V]
-        steps = [
-            DraftStep((), 0, int(_process(processors, torch.tensor([t], device=device),
-                                          logits[b : b + 1]).argmax()))
-            for b, t in enumerate(tokens)
-        ]  # fmt: skip
+        prompt_ends = [[row[-1]] for row in tokens]  # what the last position read
+        steps = [DraftStep((), 0, c[0]) for c in choose(active, prompt_ends, hidden[:, -1:])]
         drafter = make_drafter(encoder_hidden, inputs_tensor, model_kwargs["past_key_values"])
         while True:
             # 2. Record each row's step; a row that reached end-of-text or the length limit
@@ -395,7 +353,7 @@ def batched_speculative_decode(
             fed = [[tokens[r][-1], *d] for r, d in zip(active, drafted, strict=True)]
             choices = choose(active, fed, verifier.feed(fed))
             t2 = clock(device)
-            stats.n_main_passes += 1
+            stats.n_main_forwards += 1
             # 5. Each row keeps its longest agreeing prefix, then the main's own token.
             steps = [
                 accept(d, c, eos, max_length - len(tokens[r]))
@@ -432,7 +390,7 @@ class BatchResult:
     texts: tuple[str, ...]
     time_s: float  # wall time of the generate call over the whole batch (encoder included)
     engine: str  # "generate" (the batched baseline) or "specwhisper"
-    n_main_passes: int  # main decoder passes over the batch
+    n_main_forwards: int  # main decoder forwards over the batch (prefill included)
     n_draft_tokens: int = 0  # tokens proposed, all rows
     n_accepted: int = 0
     draft_s: float = 0.0
@@ -499,7 +457,7 @@ def _finish_batch(main: Loaded, sequences: torch.Tensor, **fields: Any) -> Batch
     rows = []
     for seq in sequences.tolist():
         ids = [int(t) for t in seq]
-        ids = ids[_n_prompt_tokens(ids, config) :]
+        ids = ids[n_prompt_tokens(ids, config) :]
         end = next((i for i, t in enumerate(ids) if t in ends), len(ids))
         rows.append(tuple(ids[:end]))
     texts = tuple(main.processor.decode(list(r), skip_special_tokens=True).strip() for r in rows)
@@ -520,7 +478,7 @@ def decode_batch_baseline(
             lambda: main.model.generate(batch.input_features, **kwargs), main.device
         )
     return _finish_batch(
-        main, _sequences(output), time_s=seconds, engine="generate", n_main_passes=meter.n_calls
+        main, _sequences(output), time_s=seconds, engine="generate", n_main_forwards=meter.n_calls
     )
 
 
@@ -544,7 +502,9 @@ def decode_batch_speculative(
     stats = BatchStats()
     suppress, eos = draft_vocabulary(main)
 
-    def make(encoder_hidden: torch.Tensor, features: torch.Tensor, cache: Any) -> _BatchProposer:
+    def make(
+        encoder_hidden: torch.Tensor, features: torch.Tensor, cache: Any
+    ) -> BatchLogitsDrafter:
         return make_batch_drafter(assistant, suppress, eos, encoder_hidden, features, cache)
 
     def decode(model, input_ids, logits_processor, generation_config, **rest):
@@ -561,162 +521,13 @@ def decode_batch_speculative(
     n_draft = sum(len(s.drafted) for row in steps for s in row)
     n_acc = sum(s.n_accepted for row in steps for s in row)
     return _finish_batch(
-        main, _sequences(output), time_s=seconds, engine="specwhisper",
-        n_main_passes=stats.n_main_passes, n_draft_tokens=n_draft, n_accepted=n_acc,
-        draft_s=stats.draft_s, steps=steps,
-    )  # fmt: skip
-
-
-# ---------------------------------------------------------------------------------------------
-# Baseline against speculative, batch by batch (the bench and the page share it)
-
-
-@dataclass(frozen=True)
-class RowResult:
-    """One clip of a batched comparison."""
-
-    baseline_text: str
-    speculative_text: str
-    identical: bool  # speculative tokens == the batched baseline's, for this row
-    first_divergence: int | None
-    # the batched baseline's tokens == a batch of one's (None: not checked)
-    same_as_batch_of_one: bool | None = None
-    baseline_tokens: tuple[int, ...] = ()  # the batched baseline's, for later comparisons
-    speculative_tokens: tuple[int, ...] = ()
-
-
-@dataclass(frozen=True)
-class BatchComparison:
-    """The batched baseline and our batched loop on the same clips, cut into batches of
-    `batch_size` in order (the last one may be smaller); times are sums of per-batch medians."""
-
-    batch_size: int
-    n_batches: int
-    baseline_s: float
-    speculative_s: float
-    n_draft_tokens: int
-    n_accepted: int
-    n_main_passes: tuple[int, int]  # baseline, speculative (the last repeat, all batches)
-    rows: tuple[RowResult, ...]
-
-    @property
-    def speedup(self) -> float:
-        return self.baseline_s / self.speculative_s if self.speculative_s else 0.0
-
-    @property
-    def n_identical(self) -> int:
-        return sum(r.identical for r in self.rows)
-
-    @property
-    def acceptance_rate(self) -> float:
-        return self.n_accepted / self.n_draft_tokens if self.n_draft_tokens else 0.0
-
-    @property
-    def same_as_batch_of_one(self) -> str | None:
-        """ "k/n": rows whose batched baseline equals their batch of one (None: not checked)."""
-        checked = [r.same_as_batch_of_one for r in self.rows if r.same_as_batch_of_one is not None]
-        return f"{sum(checked)}/{len(checked)}" if checked else None
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "batch_size": self.batch_size,
-            "n_batches": self.n_batches,
-            "baseline_s": round(self.baseline_s, 4),
-            "speculative_s": round(self.speculative_s, 4),
-            "speedup": round(self.speedup, 4),
-            "n_rows": len(self.rows),
-            "n_identical": self.n_identical,
-            "acceptance_rate": round(self.acceptance_rate, 4),
-            "n_main_passes": {
-                "baseline": self.n_main_passes[0],
-                "speculative": self.n_main_passes[1],
-            },
-            "batched_baseline_equals_batch_of_one": self.same_as_batch_of_one,
-            "rows": [dataclasses.asdict(r) for r in self.rows],
-        }
-
-
-def compare_batches(
-    main: Loaded,
-    assistant: Loaded,
-    clips: list[np.ndarray],
-    languages: list[str | None],
-    batch_size: int,
-    *,
-    repeats: int = 3,
-    warmup: int = 1,
-    gamma: int = 5,
-    gamma_schedule: str = "adaptive",
-    max_new_tokens: int | None = None,
-    check_batch_of_one: bool = False,
-    batch_of_one: list[tuple[int, ...]] | None = None,
-    on_batch: Callable[[int, int], None] | None = None,
-) -> BatchComparison:
-    """Time the batched baseline against our batched loop, batch by batch (alternating, after a
-    warm-up, medians), and check every row's tokens. With `check_batch_of_one`, each clip's
-    batched baseline is also compared with its baseline in a batch of one (padding and batch
-    shape can round differently), against `batch_of_one` (each row's tokens from a batch of
-    one, e.g. a batch-size-1 comparison's baseline) when given, else by running it."""
-    if batch_size < 1:
-        raise ValueError("The batch size must be at least 1.")
-    starts = range(0, len(clips), batch_size)
-    base_s = spec_s = 0.0
-    n_draft = n_acc = passes_base = passes_spec = 0
-    rows: list[RowResult] = []
-    for i, start in enumerate(starts):
-        if on_batch is not None:
-            on_batch(i, len(starts))
-        part = slice(start, start + batch_size)
-        batch = prepare_batch(main, clips[part], languages[part])
-        runs = {
-            "baseline": lambda b=batch: decode_batch_baseline(main, b, max_new_tokens),
-            "speculative": lambda b=batch: decode_batch_speculative(
-                main, assistant, b, gamma=gamma, gamma_schedule=gamma_schedule,
-                max_new_tokens=max_new_tokens,
-            ),
-        }  # fmt: skip
-        timings = alternate(runs, repeats=repeats, warmup=warmup, device=main.device)
-        base, spec = timings["baseline"].result, timings["speculative"].result
-        base_s += timings["baseline"].median_s
-        spec_s += timings["speculative"].median_s
-        n_draft, n_acc = n_draft + spec.n_draft_tokens, n_acc + spec.n_accepted
-        passes_base += base.n_main_passes
-        passes_spec += spec.n_main_passes
-        for j, (b_ids, s_ids) in enumerate(zip(base.token_ids, spec.token_ids, strict=True)):
-            alone = None
-            if check_batch_of_one and batch_of_one is not None:
-                alone = batch_of_one[start + j] == b_ids
-            elif check_batch_of_one:
-                one = prepare_batch(main, [clips[start + j]], [languages[start + j]])
-                alone = decode_batch_baseline(main, one, max_new_tokens).token_ids[0] == b_ids
-            rows.append(
-                RowResult(
-                    base.texts[j],
-                    spec.texts[j],
-                    s_ids == b_ids,
-                    first_divergence(b_ids, s_ids),
-                    alone,
-                    b_ids,
-                    s_ids,
-                )
-            )
-    return BatchComparison(
-        batch_size, len(starts), base_s, spec_s, n_draft, n_acc, (passes_base, passes_spec),
-        tuple(rows),
-    )  # fmt: skip
-
-
-def merge_pieces(
-    main: Loaded, rows: list[tuple[int, ...]], strides: list[tuple[int, int, int]]
-) -> str:
-    """One recording's text from its overlapping pieces (audio.chunks), stitched the way
-    transformers' ASR pipeline stitches them: the longest common token run in each overlap."""
-    outputs = [
-        {"tokens": torch.tensor([list(ids)]), "stride": tuple(x / SAMPLE_RATE for x in stride)}
-        for ids, stride in zip(rows, strides, strict=True)
-    ]
-    precision = WINDOW_S / main.model.config.max_source_positions
-    text, _ = main.processor.tokenizer._decode_asr(
-        outputs, return_timestamps=False, return_language=None, time_precision=precision
+        main,
+        _sequences(output),
+        time_s=seconds,
+        engine="specwhisper",
+        n_main_forwards=stats.n_main_forwards,
+        n_draft_tokens=n_draft,
+        n_accepted=n_acc,
+        draft_s=stats.draft_s,
+        steps=steps,
     )
-    return text.strip()

@@ -745,8 +745,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     if args.batch_size is not None or args.batch_sweep:
         if args.batch_size is not None and args.batch_sweep:
             parser.error("give --batch-size or --batch-sweep, not both")
-        if args.batch_size is not None and not 1 <= args.batch_size <= 64:
-            parser.error("--batch-size must be between 1 and 64")
         batch_problem = bench_batch.problem(args)
         if batch_problem:
             parser.error(batch_problem)

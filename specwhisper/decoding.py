@@ -232,7 +232,7 @@ def record_candidates(model: torch.nn.Module, stats: LoopStats, device: Any) -> 
 # Entry points
 
 
-def _n_prompt_tokens(ids: list[int], generation_config: Any) -> int:
+def n_prompt_tokens(ids: list[int], generation_config: Any) -> int:
     """Leading prompt tokens (<|startoftranscript|>, language, task, <|notimestamps|>)."""
     special = {generation_config.decoder_start_token_id, generation_config.no_timestamps_token_id}
     special |= set((getattr(generation_config, "lang_to_id", None) or {}).values())
@@ -264,7 +264,7 @@ def _finish(
     ids = [int(t) for t in sequences[0].tolist()]
     # generate returns the prompt and end-of-text on some paths (assisted, short-form) and not on
     # others; keep only the generated tokens so every engine is compared on the same footing.
-    ids = ids[_n_prompt_tokens(ids, config) :]
+    ids = ids[n_prompt_tokens(ids, config) :]
     ends = {config.pad_token_id, config.eos_token_id}
     while ids and ids[-1] in ends:
         ids.pop()
@@ -381,7 +381,7 @@ def decode_speculative(
         generator = None
         if opts.temperature > 0 or opts.fallback:
             generator = torch.Generator(device=main.device).manual_seed(opts.seed)
-        drafter = make_drafter(assistant, main)
+        drafter = make_drafter(main, assistant)
         kwargs["custom_generate"] = own_loop(drafter, schedule, stats, generator)
     else:
         settings = assistant_settings(opts.gamma, opts.gamma_schedule)

@@ -4,6 +4,7 @@ A drafter proposes greedy tokens through `propose` and is told what survived thr
 it never decides what is kept (the loop and the main model do). Two kinds:
 - `Int8SelfDrafter`: the main's own decoder with int8 Linear layers, run through a lean forward
   (fused int8 QKV, preallocated KV cache, the main's cross-attention keys/values reused).
+  `lean_forward` takes a [B, K] batch, so batch mode's int8 drafter (batched) runs the same one.
 - `HFDrafter`: any transformers Whisper model: seq2seq with its own encoder, or a decoder-only
   (distil) model reading the main's encoder outputs.
 
@@ -78,11 +79,11 @@ def probability(logits: torch.Tensor, token: int) -> float:
     return math.exp(float(logits[token] - torch.logsumexp(logits, 0)))
 
 
-class _GreedyDrafter:
-    """Shared proposing, greedy or sampled: subclasses provide `_forward(ids) -> last logits
-    [V]`, and keep
-    `n` (tokens in their cache), `max_len`, `suppress` ([V] bool, never proposed) and `eos`
-    (end-of-text ids: a draft stops after proposing one, since nothing follows it)."""
+class LogitsDrafter:
+    """Proposing and sampling shared by the batch-of-one drafters: subclasses give
+    `_forward(ids) -> [V]`, the next-token logits after feeding `ids`, and keep `n` (tokens in
+    their cache), `max_len`, `suppress` ([V] bool, never proposed) and `eos` (end-of-text ids:
+    a draft stops after proposing one, since nothing follows it)."""
 
     n: int
     max_len: int
@@ -188,85 +189,17 @@ def build_self_int8(main: Loaded) -> Loaded:
     return Loaded(ckpt, draft, None, load_s, main.device, torch.float32, main.revision)
 
 
+# ---------------------------------------------------------------------------------------------
+# The lean int8 forward of the self-int8 draft, for a batch of rows (one row at batch size 1)
+
+
 def int8_linear(x: torch.Tensor, weight: Any, reduce_range: bool = True) -> torch.Tensor:
     """fbgemm's dynamic int8 Linear: one activation scale for all rows of x, from their range."""
     return torch.ops.quantized.linear_dynamic(x, weight, reduce_range=reduce_range)
 
 
-class Int8SelfDrafter(_GreedyDrafter):
-    """The self-int8 draft run through a lean forward with a preallocated KV cache.
-
-    The same int8 weights, tanh GELU and dynamic activation quantization as the self-int8
-    WhisperForCausalLM that transformers' assisted loop uses (build_self_int8), with
-    fewer and cheaper tensor ops: the query, key and value projections are one int8 matmul
-    (per-channel quantization is per output row, so fusing them changes nothing), the packed
-    fbgemm weights are called directly, and no transformers cache objects or masks are built.
-    Two differences in what it computes: it reuses the main model's cross-attention keys/values
-    (computed once per window by the main's first pass) instead of projecting the encoder
-    outputs again through int8 weights, and it keeps its own copy of them in `cross_dtype()`
-    (bf16 where the CPU has bf16 instructions, else fp32).
-    """
-
-    def __init__(self, draft: Loaded, suppress: torch.Tensor, eos: frozenset[int]):
-        self.w = _lean_weights(draft.model)
-        self.suppress = suppress  # [V] bool: tokens the draft never proposes
-        self.eos = eos
-        self.max_len = draft.model.config.max_target_positions
-        w = self.w
-        shape = (len(w.layers), w.n_heads, self.max_len, w.head_dim)
-        # [L, H, T_max, Dh]; only positions below n are ever read, and each is written first
-        self.k = torch.empty(shape)
-        self.v = torch.empty(shape)
-        self.cross: list[tuple[torch.Tensor, torch.Tensor]] = []
-        self.n = 0  # tokens whose K/V are in the cache
-
-    def begin(self, encoder_hidden: torch.Tensor, cache: Any, features: torch.Tensor) -> None:
-        dtype = cross_dtype()
-        self.cross = [  # once per window
-            cross_keys_values(layer.keys[0], layer.values[0], dtype)
-            for layer in cache.cross_attention_cache.layers
-        ]
-        self.n = 0
-
-    @torch.inference_mode()
-    def _forward(self, ids: list[int]) -> torch.Tensor:
-        """Feed ids at positions n.. n+len(ids); return last-position logits [V]."""
-        w, linear = self.w, int8_linear
-        start, t, d = self.n, len(ids), self.w.d_model
-        x = w.embed[ids] + w.positions[start : start + t]  # [T, D]
-        mask = None
-        if t > 1:  # causal within the chunk, everything before it visible
-            mask = torch.ones(t, start + t, dtype=torch.bool).tril(start)
-        for i, layer in enumerate(w.layers):
-            h = F.layer_norm(x, (d,), *layer.norm_self)
-            qkv = linear(h, layer.qkv, reduce_range=True)  # [T, 3D], q pre-scaled
-            q = self._heads(qkv[:, :d])  # [H, T, Dh]
-            self.k[i, :, start : start + t] = self._heads(qkv[:, d : 2 * d])
-            self.v[i, :, start : start + t] = self._heads(qkv[:, 2 * d :])
-            k, v = self.k[i, :, : start + t], self.v[i, :, : start + t]
-            a = _attend(q, k.transpose(-1, -2), v, mask)
-            x = x + linear(a.transpose(0, 1).reshape(t, d), layer.out, reduce_range=True)
-            h = F.layer_norm(x, (d,), *layer.norm_cross)
-            q = self._heads(linear(h, layer.cross_q, reduce_range=True))
-            a = attend_cross(q, self.cross[i])
-            x = x + linear(a.transpose(0, 1).reshape(t, d), layer.cross_out, reduce_range=True)
-            h = F.layer_norm(x, (d,), *layer.norm_ffn)
-            h = w.activation(linear(h, layer.fc1, reduce_range=True))
-            x = x + linear(h, layer.fc2, reduce_range=True)
-        self.n += t
-        x = F.layer_norm(x[-1:], (d,), *w.norm_final)  # only the last position matters
-        return linear(x, w.head, reduce_range=True)[0]  # [V]
-
-    def _heads(self, x: torch.Tensor) -> torch.Tensor:
-        """[T, D] -> [H, T, Dh]"""
-        return x.view(x.shape[0], self.w.n_heads, self.w.head_dim).transpose(0, 1)
-
-    def accept(self, n_valid: int) -> None:
-        self.n = min(self.n, n_valid)
-
-
 @dataclass(frozen=True)
-class _LeanLayer:
+class LeanLayer:
     norm_self: tuple[torch.Tensor, torch.Tensor]  # layer-norm weight, bias
     qkv: Any  # fbgemm packed int8 weights (+ fp32 bias): q, k, v stacked
     out: Any
@@ -279,8 +212,8 @@ class _LeanLayer:
 
 
 @dataclass(frozen=True)
-class _LeanWeights:
-    layers: tuple[_LeanLayer, ...]
+class LeanWeights:
+    layers: tuple[LeanLayer, ...]
     embed: torch.Tensor  # [V, D]
     positions: torch.Tensor  # [T_max, D]
     norm_final: tuple[torch.Tensor, torch.Tensor]
@@ -291,7 +224,7 @@ class _LeanWeights:
     d_model: int
 
 
-def _lean_weights(model: torch.nn.Module) -> _LeanWeights:
+def lean_weights(model: torch.nn.Module) -> LeanWeights:
     """The self-int8 WhisperForCausalLM's weights, repacked once per model for Int8SelfDrafter."""
     cached = getattr(model, "_specwhisper_lean", None)
     if cached is not None:
@@ -302,7 +235,7 @@ def _lean_weights(model: torch.nn.Module) -> _LeanWeights:
         return m.weight.detach(), m.bias.detach()
 
     layers = tuple(
-        _LeanLayer(
+        LeanLayer(
             norm_self=norm(layer.self_attn_layer_norm),
             qkv=_fused_int8(
                 layer.self_attn.q_proj,
@@ -321,7 +254,7 @@ def _lean_weights(model: torch.nn.Module) -> _LeanWeights:
         for layer in decoder.layers
     )
     config = model.config
-    weights = _LeanWeights(
+    weights = LeanWeights(
         layers=layers,
         embed=decoder.embed_tokens.weight.detach(),
         positions=decoder.embed_positions.weight.detach(),
@@ -357,7 +290,127 @@ def _fused_int8(*linears: torch.nn.Module, scales: tuple[float, ...] | None = No
         return torch.ops.quantized.linear_prepack(weight, torch.cat(biases))
 
 
-class HFDrafter(_GreedyDrafter):
+def lean_cache(
+    w: LeanWeights, n_rows: int, max_len: int, make: Callable[..., torch.Tensor] = torch.zeros
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """The lean forward's self-attention keys and values, [L, B, H, T_max, Dh] each."""
+    shape = (len(w.layers), n_rows, w.n_heads, max_len, w.head_dim)
+    return make(shape), make(shape)
+
+
+def main_cross_keys_values(cache: Any) -> list[tuple[torch.Tensor, torch.Tensor]]:
+    """The lean draft's copy of the main's cross-attention keys/values, per layer [B, ...]: the
+    main's cache after its first pass of a window holds them for every row."""
+    dtype = cross_dtype()
+    return [
+        cross_keys_values(layer.keys, layer.values, dtype)
+        for layer in cache.cross_attention_cache.layers
+    ]
+
+
+@torch.inference_mode()
+def lean_forward(
+    w: LeanWeights,
+    k_cache: torch.Tensor,  # [L, B, H, T_max, Dh], written at the fed positions
+    v_cache: torch.Tensor,
+    cross: list[tuple[torch.Tensor, torch.Tensor]],  # per layer, from main_cross_keys_values
+    ids: list[list[int]],  # per row: the tokens fed (any number, 0 included)
+    start: list[int],  # per row: the position of its first fed token (tokens it holds)
+) -> torch.Tensor:
+    """The lean int8 draft's forward over a batch: each row's tokens at its own positions; the
+    logits after each row's last fed token, [B, V] (any row for a row fed nothing).
+
+    Rows at one position, fed the same number of tokens (always so for one row), take slices
+    and at most a causal mask; ragged rows are padded to the longest and masked: a row's
+    queries see its positions up to their own, so a pad, written past a row's count, is never
+    read. One activation scale per int8 matmul covers every row: in a batch each row's
+    rounding depends on the others', a small difference the main's verification absorbs.
+    """
+    linear, d, n_rows = int8_linear, w.d_model, len(ids)
+    n_fed = [len(row) for row in ids]
+    n_cols = max(1, *n_fed)  # K
+    even = len(set(start)) == 1 and min(n_fed) == n_cols
+    if even:
+        first = start[0]
+        span = first + n_cols  # keys read: positions 0 .. span - 1
+        x = w.embed[torch.tensor(ids)] + w.positions[first:span]  # [B, K, D]
+        mask = torch.ones(n_cols, span, dtype=torch.bool).tril(first) if n_cols > 1 else None
+    else:
+        tokens = torch.tensor([row + [0] * (n_cols - len(row)) for row in ids])  # [B, K]
+        pos = torch.tensor(start)[:, None] + torch.arange(n_cols)
+        pos = pos.clamp(max=k_cache.shape[3] - 1)  # [B, K]; a pad may sit at any position
+        rows = torch.arange(n_rows)[:, None]
+        span = int(pos.max()) + 1
+        x = w.embed[tokens] + w.positions[pos]  # [B, K, D]
+        mask = torch.arange(span)[None, None, None, :] <= pos[:, None, :, None]  # [B,1,K,T]
+    x = x.reshape(n_rows * n_cols, d)  # [B*K, D]
+    for i, layer in enumerate(w.layers):
+        h = F.layer_norm(x, (d,), *layer.norm_self)
+        qkv = linear(h, layer.qkv).view(n_rows, n_cols, 3, w.n_heads, -1)  # q pre-scaled
+        keys, values = qkv[:, :, 1], qkv[:, :, 2]  # [B, K, H, Dh]
+        if even:
+            k_cache[i, :, :, first:span] = keys.transpose(1, 2)
+            v_cache[i, :, :, first:span] = values.transpose(1, 2)
+        else:  # advanced indices around a slice: the indexed view is [B, K, H, Dh]
+            k_cache[i][rows, :, pos] = keys
+            v_cache[i][rows, :, pos] = values
+        kt = k_cache[i, :, :, :span].transpose(-1, -2)  # [B, H, Dh, T]
+        a = _attend(qkv[:, :, 0].transpose(1, 2), kt, v_cache[i, :, :, :span], mask)  # [B,H,K,Dh]
+        x = x + linear(a.transpose(1, 2).reshape(n_rows * n_cols, d), layer.out)
+        h = F.layer_norm(x, (d,), *layer.norm_cross)
+        q = linear(h, layer.cross_q).view(n_rows, n_cols, w.n_heads, -1).transpose(1, 2)
+        a = attend_cross(q, cross[i])  # [B, H, K, Dh]
+        x = x + linear(a.transpose(1, 2).reshape(n_rows * n_cols, d), layer.cross_out)
+        h = F.layer_norm(x, (d,), *layer.norm_ffn)
+        h = w.activation(linear(h, layer.fc1))
+        x = x + linear(h, layer.fc2)
+    x = x.view(n_rows, n_cols, d)
+    if even:  # only each row's last position matters
+        last = x[:, -1]
+    else:
+        last = x[torch.arange(n_rows), torch.tensor([max(n, 1) - 1 for n in n_fed])]
+    return linear(F.layer_norm(last, (d,), *w.norm_final), w.head)  # [B, V]
+
+
+class Int8SelfDrafter(LogitsDrafter):
+    """The self-int8 draft run through the lean int8 forward (`lean_forward`) for one row.
+
+    The same int8 weights, tanh GELU and dynamic activation quantization as the self-int8
+    WhisperForCausalLM that transformers' assisted loop uses (build_self_int8), with
+    fewer and cheaper tensor ops: the query, key and value projections are one int8 matmul
+    (per-channel quantization is per output row, so fusing them changes nothing), the packed
+    fbgemm weights are called directly, and no transformers cache objects or masks are built.
+    Two differences in what it computes: it reuses the main model's cross-attention keys/values
+    (computed once per window by the main's first pass) instead of projecting the encoder
+    outputs again through int8 weights, and it keeps its own copy of them in `cross_dtype()`
+    (bf16 where the CPU has bf16 instructions, else fp32).
+    """
+
+    def __init__(self, draft: Loaded, suppress: torch.Tensor, eos: frozenset[int]):
+        self.w = lean_weights(draft.model)
+        self.suppress = suppress  # [V] bool: tokens the draft never proposes
+        self.eos = eos
+        self.max_len = draft.model.config.max_target_positions
+        # [L, 1, H, T_max, Dh]; only positions below n are ever read, and each is written first
+        self.k, self.v = lean_cache(self.w, 1, self.max_len, torch.empty)
+        self.cross: list[tuple[torch.Tensor, torch.Tensor]] = []
+        self.n = 0  # tokens whose K/V are in the cache
+
+    def begin(self, encoder_hidden: torch.Tensor, cache: Any, features: torch.Tensor) -> None:
+        self.cross = main_cross_keys_values(cache)  # once per window
+        self.n = 0
+
+    def _forward(self, ids: list[int]) -> torch.Tensor:
+        """Feed ids at positions n.. n+len(ids); return last-position logits [V]."""
+        logits = lean_forward(self.w, self.k, self.v, self.cross, [ids], [self.n])
+        self.n += len(ids)
+        return logits[0]
+
+    def accept(self, n_valid: int) -> None:
+        self.n = min(self.n, n_valid)
+
+
+class HFDrafter(LogitsDrafter):
     """Any transformers Whisper model as a draft: seq2seq with its own encoder, or decoder-only
     (distil) reading the main's encoder outputs. Uses a transformers cache cropped on rejection."""
 
@@ -492,9 +545,9 @@ def draft_vocabulary(main: Loaded) -> tuple[torch.Tensor, frozenset[int]]:
     return suppress, eos
 
 
-def make_drafter(draft: Loaded, main: Loaded) -> Drafter:
+def make_drafter(main: Loaded, assistant: Loaded) -> Drafter:
     """The drafter for this assistant, proposing only tokens the main's generate may emit."""
     suppress, eos = draft_vocabulary(main)
-    if draft.checkpoint.id == SELF_INT8:
-        return Int8SelfDrafter(draft, suppress, eos)
-    return HFDrafter(draft, suppress, eos)
+    if assistant.checkpoint.id == SELF_INT8:
+        return Int8SelfDrafter(assistant, suppress, eos)
+    return HFDrafter(assistant, suppress, eos)

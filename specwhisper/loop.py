@@ -47,7 +47,6 @@ class LoopStats:
     steps: list[DraftStep] = field(default_factory=list)
     draft_s: float = 0.0  # total time inside the drafter, device synced
     n_windows: int = 0  # windows decoded (one call per 30 s window, and per fallback retry)
-    temperatures: list[float] = field(default_factory=list)  # each call's (0.0: greedy)
     # hides the drafter's forwards from the main's forward counter (a main drafting for itself)
     drafting: Callable[[], Any] = contextlib.nullcontext
 
@@ -58,7 +57,7 @@ def accept(drafted: list[int], choice: list[int], eos: set[int], room: int) -> D
     n_agree = 0
     while n_agree < len(drafted) and drafted[n_agree] == choice[n_agree]:
         n_agree += 1
-    return _cut(drafted, n_agree, choice[n_agree], eos, room)
+    return kept_step(drafted, n_agree, choice[n_agree], eos, room)
 
 
 def accept_sampled(
@@ -85,10 +84,10 @@ def accept_sampled(
         residual = (p[n] - q[n]).clamp(min=0)
         dist = residual if residual.sum() > 0 else p[n]
     token = draw(dist, generator)
-    return _cut(drafted, n, token, eos, room)
+    return kept_step(drafted, n, token, eos, room)
 
 
-def _cut(drafted: list[int], n_kept: int, token: int, eos: set[int], room: int) -> DraftStep:
+def kept_step(drafted: list[int], n_kept: int, token: int, eos: set[int], room: int) -> DraftStep:
     """The step that keeps drafted[:n_kept] and then the main's `token`, ending early on
     end-of-text (nothing follows it) or when `room` tokens are reached."""
     new = [*drafted[:n_kept], token]
@@ -136,13 +135,13 @@ def speculative_decode(
     eos = set() if eos is None else set(eos.tolist())
     max_length = generation_config.max_length
     processors = list(logits_processor)
-    verify = _verifier(main, cache, encoder_hidden, processors)
+    verify = verifier(main, cache, encoder_hidden, processors)
     sampling = bool(getattr(generation_config, "do_sample", False))
     stops = draft_stops_early("specwhisper", schedule.kind, sampling=sampling, batched=False)
     stop_below = schedule.stop_below if stops else 0.0  # the draft stops after a token under it
 
     def process(prefix: list[int], logits: torch.Tensor) -> torch.Tensor:
-        return _process(processors, torch.tensor([prefix], device=device), logits)
+        return process_logits(processors, torch.tensor([prefix], device=device), logits)
 
     def pick(logits: torch.Tensor) -> int:
         if not sampling:
@@ -151,8 +150,6 @@ def speculative_decode(
 
     tokens = input_ids[0].tolist()
     stats.n_windows += 1
-    temperature = getattr(generation_config, "temperature", None) or 0.0
-    stats.temperatures.append(float(temperature) if sampling else 0.0)
     # the processed logits of every kept token, when generate asks (Whisper's fallback checks)
     want_scores = getattr(generation_config, "output_scores", False)
     scores: list[torch.Tensor] | None = [] if want_scores else None
@@ -209,13 +206,13 @@ def speculative_decode(
     return sequences
 
 
-def _verifier(
+def verifier(
     main: torch.nn.Module, cache: Any, encoder_hidden: torch.Tensor, processors: list[Any]
 ) -> Callable[[list[int], list[int], int], torch.Tensor]:
     """verify(before, fed, n_last): a main pass over `fed` (the cache already holds `before`);
     the processed logits of the last n_last positions, [n_last, V]. Position i's processors see
     before + fed[: i + 1], as the baseline's do one step at a time."""
-    project = _projection(main)
+    project = projection(main)
 
     def verify(before: list[int], fed: list[int], n_last: int) -> torch.Tensor:
         device = encoder_hidden.device
@@ -227,19 +224,19 @@ def _verifier(
         ).last_hidden_state  # [1, K, D]
         logits = project(hidden[0, -n_last:]).float()  # [n_last, V]
         prefix = torch.tensor([before + fed], device=device)  # [1, T]
-        return _process(processors, prefix, logits)
+        return process_logits(processors, prefix, logits)
 
     return verify
 
 
 # The verify pass's widths (tokens) whose fp32 CPU projection goes through the output matrix in
-# blocks of BLOCK vocabulary rows (see _projection; BENCHMARKS.md#lever-blocks). range(0) turns
+# blocks of BLOCK vocabulary rows (see projection; BENCHMARKS.md#lever-blocks). range(0) turns
 # the blocks off, for ablations.
 BLOCKED_ROWS = range(2, 15)
 BLOCK = 256
 
 
-def _projection(main: torch.nn.Module) -> Callable[[torch.Tensor], torch.Tensor]:
+def projection(main: torch.nn.Module) -> Callable[[torch.Tensor], torch.Tensor]:
     """hidden [..., K, D] -> logits [..., K, V]. On CPU, MKL's matmul against the whole output
     matrix (106 MB for Whisper's vocabulary at d_model 512) slows down from one row to several.
     A [D, V] copy, made once, is the fastest for one row and for a batch's many rows. For 2-14
@@ -266,7 +263,9 @@ def _projection(main: torch.nn.Module) -> Callable[[torch.Tensor], torch.Tensor]
     return project
 
 
-def _process(processors: list[Any], prefix: torch.Tensor, logits: torch.Tensor) -> torch.Tensor:
+def process_logits(
+    processors: list[Any], prefix: torch.Tensor, logits: torch.Tensor
+) -> torch.Tensor:
     """Apply generate's logits processors to the logits of the last n positions of `prefix`
     ([1, T] ids, [n, V] logits), as the baseline applies them one step at a time: row i sees
     the prefix up to and including its own position.
@@ -335,9 +334,13 @@ def custom_generate(decode: Callable[..., Any]) -> Callable[..., Any]:
         ):
             kwargs.pop(key, None)
         return decode(
-            model, input_ids, logits_processor, generation_config,
-            inputs_tensor=inputs_tensor, **kwargs,
-        )  # fmt: skip
+            model,
+            input_ids,
+            logits_processor,
+            generation_config,
+            inputs_tensor=inputs_tensor,
+            **kwargs,
+        )
 
     return loop
 
@@ -352,8 +355,15 @@ def own_loop(
 
     def decode(model, input_ids, logits_processor, generation_config, **kwargs):
         return speculative_decode(
-            model, drafter, schedule, stats, input_ids, logits_processor, generation_config,
-            generator=generator, **kwargs,
-        )  # fmt: skip
+            model,
+            drafter,
+            schedule,
+            stats,
+            input_ids,
+            logits_processor,
+            generation_config,
+            generator=generator,
+            **kwargs,
+        )
 
     return custom_generate(decode)

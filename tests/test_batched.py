@@ -8,7 +8,9 @@ import numpy as np
 import pytest
 import torch
 
-from specwhisper import batched, drafters, models
+from specwhisper import batch, batched, drafters, models
+from specwhisper.audio import chunks
+from specwhisper.compare import CompareError
 from specwhisper.loop import step_tokens
 
 ASSISTANTS = ["tiny-ending", "tiny-random-b", "tiny-random-decoder", models.SELF_INT8]
@@ -45,7 +47,7 @@ def _clips(n: int, seed: int = 1234) -> list[np.ndarray]:
     ]
 
 
-def _batch(main: models.Loaded, n: int) -> batched.BatchFeatures:
+def _features(main: models.Loaded, n: int) -> batched.BatchFeatures:
     return batched.prepare_batch(main, _clips(n), ["en"] * n)
 
 
@@ -53,36 +55,35 @@ def _batch(main: models.Loaded, n: int) -> batched.BatchFeatures:
 @pytest.mark.parametrize("assistant", ASSISTANTS)
 def test_batched_speculative_equals_the_batched_baseline_row_for_row(pair, assistant, batch_size):
     main, drafts = pair
-    batch = _batch(main, batch_size)
-    base = batched.decode_batch_baseline(main, batch, max_new_tokens=60)
-    spec = batched.decode_batch_speculative(
-        main, drafts[assistant], batch, gamma=4, max_new_tokens=60
+    features = _features(main, batch_size)
+    baseline = batched.decode_batch_baseline(main, features, max_new_tokens=60)
+    speculative = batched.decode_batch_speculative(
+        main, drafts[assistant], features, gamma=4, max_new_tokens=60
     )
-    assert spec.token_ids == base.token_ids
-    assert spec.texts == base.texts
-    assert spec.batch_size == batch_size
-    for row, steps in zip(spec.token_ids, spec.steps, strict=True):  # the steps replay each row
+    assert speculative.token_ids == baseline.token_ids
+    assert speculative.texts == baseline.texts
+    assert speculative.batch_size == batch_size
+    # the steps replay each row
+    for row, steps in zip(speculative.token_ids, speculative.steps, strict=True):
         replay = [t for s in steps for t in step_tokens(s)]
         assert tuple(replay[: len(row)]) == row
     if assistant == "tiny-ending":  # the main drafting for itself: every draft token kept
-        assert spec.acceptance_rate == 1.0
-        assert spec.n_main_passes < base.n_main_passes
+        assert speculative.acceptance_rate == 1.0
+        assert speculative.n_main_forwards < baseline.n_main_forwards
 
 
 def test_rows_that_end_at_very_different_lengths(pair):
     main, drafts = pair
-    batch = _batch(main, 8)
-    base = batched.decode_batch_baseline(main, batch, max_new_tokens=120)
-    lengths = [len(t) for t in base.token_ids]
+    features = _features(main, 8)
+    baseline = batched.decode_batch_baseline(main, features, max_new_tokens=120)
+    lengths = [len(t) for t in baseline.token_ids]
     assert min(lengths) <= 3 and max(lengths) >= 30  # the batch really is ragged
     for assistant in ("tiny-ending", models.SELF_INT8):
-        spec = batched.decode_batch_speculative(
-            main, drafts[assistant], batch, gamma=5, gamma_schedule="constant",
-            max_new_tokens=120,
-        )  # fmt: skip
-        assert spec.token_ids == base.token_ids
+        options = dict(gamma=5, gamma_schedule="constant", max_new_tokens=120)
+        speculative = batched.decode_batch_speculative(main, drafts[assistant], features, **options)
+        assert speculative.token_ids == baseline.token_ids
         # a finished row leaves the batch: it takes no step after its last token
-        for row, steps in zip(spec.token_ids, spec.steps, strict=True):
+        for row, steps in zip(speculative.token_ids, speculative.steps, strict=True):
             assert sum(len(step_tokens(s)) for s in steps) <= len(row) + 1
 
 
@@ -112,16 +113,16 @@ class _Scripted:
 
 def test_one_row_accepts_everything_while_another_rejects_everything(pair, monkeypatch):
     main, drafts = pair
-    batch = batched.prepare_batch(main, _clips(4, seed=7), ["en"] * 4)
-    base = batched.decode_batch_baseline(main, batch, max_new_tokens=40)
+    features = batched.prepare_batch(main, _clips(4, seed=7), ["en"] * 4)
+    baseline = batched.decode_batch_baseline(main, features, max_new_tokens=40)
     eos = main.model.generation_config.eos_token_id
-    truth = [(*row, eos) for row in base.token_ids]
+    truth = [(*row, eos) for row in baseline.token_ids]
     monkeypatch.setattr(batched, "BatchDrafter", lambda *a, **k: _Scripted(truth, {0, 2}))
-    spec = batched.decode_batch_speculative(
-        main, drafts["tiny-ending"], batch, gamma=3, gamma_schedule="constant", max_new_tokens=40
+    speculative = batched.decode_batch_speculative(
+        main, drafts["tiny-ending"], features, gamma=3, gamma_schedule="constant", max_new_tokens=40
     )
-    assert spec.token_ids == base.token_ids
-    for row, steps in enumerate(spec.steps):
+    assert speculative.token_ids == baseline.token_ids
+    for row, steps in enumerate(speculative.steps):
         drafted = sum(len(s.drafted) for s in steps)
         kept = sum(s.n_accepted for s in steps)
         if drafted:
@@ -136,7 +137,7 @@ def test_ragged_decoder_matches_one_row_at_a_time(pair):
     states = torch.randn(3, 1500, 64)
     rows = [[5, 6, 7], [9], [11, 12]]
     with torch.inference_mode():
-        ragged = batched.RaggedDecoder(decoder, batched._empty_cache(), states, 448)
+        ragged = batched.RaggedDecoder(decoder, batched.empty_cache(), states, 448)
         ragged.feed([[1, 2], [1, 2, 3, 4], [1]])
         ragged.truncate([2, 3, 1])  # row 1 rejects its last token
         hidden = ragged.feed(rows)
@@ -180,24 +181,22 @@ def test_batched_int8_draft_computes_the_batch_of_one_draft(pair, rows, cross, m
     kept = [2, 5, 1]  # row 0 forgets its last token
     after = [[7, 8], [9], []]
     with torch.inference_mode():
-        cache = batched._empty_cache()  # the main's, after a pass: its cross-attention K/V
-        main.model.model.decoder(
-            input_ids=torch.tensor([[1]] * len(rows)), encoder_hidden_states=states,
-            past_key_values=cache, use_cache=True,
-        )  # fmt: skip
+        cache = batched.empty_cache()  # the main's, after a pass: its cross-attention K/V
+        ids = torch.tensor([[1]] * len(rows))
+        main.model.model.decoder(input_ids=ids, encoder_hidden_states=states, past_key_values=cache)
         draft = drafts[models.SELF_INT8]
         together = batched.Int8BatchDrafter(draft, suppress, eos, states, None, cache)
         first = together._forward([before[r] for r in rows])
         together.accept([kept[r] for r in rows])
         second = together._forward([after[r] for r in rows])
         for i, r in enumerate(rows[:2]):
-            one_cache = batched._empty_cache()
+            one_cache = batched.empty_cache()
+            one = states[i : i + 1]
             main.model.model.decoder(
-                input_ids=torch.tensor([[1]]), encoder_hidden_states=states[i : i + 1],
-                past_key_values=one_cache, use_cache=True,
-            )  # fmt: skip
+                input_ids=ids[:1], encoder_hidden_states=one, past_key_values=one_cache
+            )
             alone = drafters.Int8SelfDrafter(draft, suppress, eos)
-            alone.begin(states[i : i + 1], one_cache, None)
+            alone.begin(one, one_cache, None)
             close = dict(rtol=1e-4, atol=1e-4)
             torch.testing.assert_close(first[i], alone._forward(before[r]), **close)
             alone.accept(kept[r])
@@ -216,3 +215,69 @@ def test_schedule_pools_the_rows_of_a_batch():
     assert schedule.t_verify_s == {6: 0.2}
     schedule.update_batch([4, 4], [4, 4], draft_s=0.4, verify_s=0.3)
     assert schedule.t_draft_s == pytest.approx(0.1)  # the second drafting step: 0.4 s / 4
+
+
+# --- batch mode: rows, sizes, the sweep and stitching -----------------------------------------
+
+
+def test_recordings_are_cut_into_rows_named_one_way():
+    long, short = np.zeros(16_000 * 65, dtype=np.float32), np.zeros(16_000 * 5, dtype=np.float32)
+    rows = batch.cut_rows([("long.wav", long, "en"), ("short.wav", short, None)])
+    assert rows.names == ("long.wav #1", "long.wav #2", "long.wav #3", "short.wav")
+    assert rows.languages == ("en", "en", "en", None)
+    assert [r.rows for r in rows.recordings] == [range(0, 3), range(3, 4)]
+    cut = chunks(long)  # the ASR pipeline's pieces, strides too
+    assert rows.recordings[0].strides == tuple(stride for _, stride in cut)
+    assert all(np.array_equal(a, b) for a, (b, _) in zip(rows.samples, cut, strict=False))
+    assert rows.duration_s == pytest.approx(sum(len(p) for p, _ in cut) / 16_000 + 5)
+
+
+def test_batch_sizes_are_checked_in_one_place():
+    assert batch.check_batch_sizes(["4", 1, 2, 2]) == (1, 2, 4)
+    for sizes, message in [([], "at least one"), ([0, 2], "from 1 to 64"), ([65], "1 to 64")]:
+        with pytest.raises(batch.BatchError, match=message):
+            batch.check_batch_sizes(sizes)
+    with pytest.raises(batch.BatchError, match="whole numbers"):
+        batch.check_batch_sizes(["x"])
+    assert issubclass(batch.BatchError, CompareError)  # the page shows its sentence as is
+
+
+def test_sweep_reuses_batch_size_one_and_stitches_recordings(pair, monkeypatch):
+    """Sizes run ascending; size 1's baselines are every row's batch of one, so a larger size
+    runs no extra batch of one; a recording cut into rows is stitched back on both sides."""
+    main, drafts = pair
+    rng = np.random.default_rng(3)
+    long = (rng.standard_normal(16_000 * 65) * 0.1).astype(np.float32)
+    recordings = [("long.wav", long, "en"), *((f"c{i}", c, "en") for i, c in enumerate(_clips(2)))]
+    rows = batch.cut_rows(recordings)
+    calls: list[tuple[int, int]] = []  # (batch size being compared, rows in the call)
+    size_now = [0]
+    decode_baseline = batch.decode_batch_baseline
+
+    def counted(main, features, max_new_tokens=None):
+        calls.append((size_now[0], features.input_features.shape[0]))
+        return decode_baseline(main, features, max_new_tokens)
+
+    def on_batch(size: int, i: int, n: int) -> None:
+        size_now[0] = size
+
+    monkeypatch.setattr(batch, "decode_batch_baseline", counted)
+    options = dict(repeats=1, warmup=0, max_new_tokens=20, on_batch=on_batch)
+    results = list(batch.sweep(main, drafts[models.SELF_INT8], rows, [2, 1], **options))
+    assert [r.batch_size for r in results] == [1, 2]
+    assert [n for size, n in calls if size == 2] == [2, 2, 1]  # no batch of one re-run
+    assert results[0].batch_of_one_tally is None
+    assert results[1].batch_of_one_tally == "5/5"
+    assert all(r.n_identical == 5 for r in results)
+    entry = results[1].to_dict(rows.names)
+    assert entry["n_main_passes"] == entry["n_main_forwards"]  # old and single-clip names
+    assert (entry["n_rows"], entry["n_identical"]) == (entry["n_clips"], entry["identical_clips"])
+    assert entry["batched_baseline_equals_batch_of_one"] == "5/5"
+    assert [row["clip"] for row in entry["rows"]] == list(rows.names)
+    shown = batch.sweep_json(main, rows, results)
+    assert [r["clip"] for r in shown["recordings"]] == ["long.wav"]
+    stitched = shown["recordings"][0]
+    assert stitched["identical"] and stitched["baseline_text"] == stitched["speculative_text"]
+    pieces = [r.baseline_tokens for r in results[1].rows[:3]]
+    expected = batch.merge_pieces(main, pieces, rows.recordings[0].strides)
+    assert stitched["baseline_text"] == expected

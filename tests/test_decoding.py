@@ -172,7 +172,7 @@ def test_lean_self_int8_drafter_computes_the_draft_model(loaded, monkeypatch):
         main.model.model.decoder(
             input_ids=torch.tensor([ids[:1]]), encoder_hidden_states=encoder, past_key_values=cache
         )
-        drafter = drafters.make_drafter(drafts[models.SELF_INT8], main)
+        drafter = drafters.make_drafter(main, drafts[models.SELF_INT8])
         drafter.k.fill_(math.nan)  # the cache is never read before it is written
         drafter.v.fill_(math.nan)
         drafter.begin(encoder, cache, features.input_features)
@@ -217,7 +217,7 @@ def _lean_logits(main, draft, cross: str, monkeypatch) -> list[torch.Tensor]:
         main.model.model.decoder(
             input_ids=torch.tensor([[5]]), encoder_hidden_states=encoder, past_key_values=cache
         )
-        drafter = drafters.make_drafter(draft, main)
+        drafter = drafters.make_drafter(main, draft)
         drafter.begin(encoder, cache, features.input_features)
         logits = [drafter._forward([5, 17, 42, 99])]
         logits += [drafter._forward([t]) for t in (7, 256, 31)]

@@ -1,7 +1,7 @@
 """The loop's edges on scripted models: a main and a draft whose next tokens we choose.
 
 The main here is a decoder whose greedy next token is a chosen function of the sequence so far
-(one-hot hidden states through an identity output head), and the draft a `_GreedyDrafter`
+(one-hot hidden states through an identity output head), and the draft a `LogitsDrafter`
 whose logits follow its own script. `speculative_decode` runs on them unchanged: its verify
 pass, accept rule, cache cropping and step records are the ones the page uses.
 """
@@ -14,12 +14,12 @@ from types import SimpleNamespace
 import pytest
 import torch
 
-from specwhisper.drafters import _GreedyDrafter
+from specwhisper.drafters import LogitsDrafter
 from specwhisper.loop import (
     DraftStep,
     LoopStats,
-    _process,
     accept,
+    process_logits,
     speculative_decode,
     step_tokens,
 )
@@ -73,7 +73,7 @@ def scripted_main(next_token) -> torch.nn.Module:
     return main
 
 
-class ScriptedDrafter(_GreedyDrafter):
+class ScriptedDrafter(LogitsDrafter):
     """The shared greedy `propose` (it stops after an end-of-text) on scripted logits."""
 
     def __init__(self, next_token, max_len: int) -> None:
@@ -102,6 +102,12 @@ class ScriptedDrafter(_GreedyDrafter):
         self.n = len(self.tokens)
 
 
+def window() -> dict:
+    """What generate hands the loop besides the prompt: an empty cache, the encoder outputs."""
+    encoder = SimpleNamespace(last_hidden_state=torch.zeros(1, 1, 4))
+    return dict(past_key_values=TokenCache(), encoder_outputs=encoder)
+
+
 def sequence(text: list[int]):
     """next_token for a model that says `text` after the prompt, then end-of-text forever."""
 
@@ -120,16 +126,9 @@ def run(main_text, draft_text, *, gamma: int, max_new_tokens: int):
     config = SimpleNamespace(
         _eos_token_tensor=torch.tensor([EOS]), max_length=max_length, return_dict_in_generate=False
     )
+    schedule = GammaSchedule("constant", gamma, gamma)
     out = speculative_decode(
-        main,
-        drafter,
-        GammaSchedule("constant", gamma, gamma),
-        stats,
-        torch.tensor([PROMPT]),
-        [],
-        config,
-        past_key_values=TokenCache(),
-        encoder_outputs=SimpleNamespace(last_hidden_state=torch.zeros(1, 1, 4)),
+        main, drafter, schedule, stats, torch.tensor([PROMPT]), [], config, **window()
     )
     generated = out[0].tolist()[len(PROMPT) :]
     return generated, stats, drafter, main.model.decoder
@@ -235,10 +234,8 @@ def test_only_the_adaptive_schedule_stops_unsure_drafts(kind, monkeypatch):
     schedule = GammaSchedule(kind, gamma=8, max_gamma=8)
     assert schedule.stop_below == (0.5 if kind == "adaptive" else 0.0)
     out = speculative_decode(
-        main, drafter, schedule, stats, torch.tensor([PROMPT]), [], config,
-        past_key_values=TokenCache(),
-        encoder_outputs=SimpleNamespace(last_hidden_state=torch.zeros(1, 1, 4)),
-    )  # fmt: skip
+        main, drafter, schedule, stats, torch.tensor([PROMPT]), [], config, **window()
+    )
     generated = out[0].tolist()[len(PROMPT) :]
     assert generated == baseline(TEXT, 40)
     check_steps(generated, stats)
@@ -318,12 +315,18 @@ def sampled_runs(main_table, draft_table, gamma: int, seed: int = 0) -> torch.Te
     drafter = ScriptedDrafter(None, len(PROMPT) + K)
     drafter._forward = _table_forward(drafter, draft_table)
     for _ in range(N_RUNS):
+        schedule = GammaSchedule("constant", gamma, gamma)
         ids = speculative_decode(
-            main, drafter, GammaSchedule("constant", gamma, gamma), LoopStats(),
-            torch.tensor([PROMPT]), [], config, generator=g,
-            past_key_values=TokenCache(),
-            encoder_outputs=SimpleNamespace(last_hidden_state=torch.zeros(1, 1, 4)),
-        )  # fmt: skip
+            main,
+            drafter,
+            schedule,
+            LoopStats(),
+            torch.tensor([PROMPT]),
+            [],
+            config,
+            generator=g,
+            **window(),
+        )
         out.append(ids[0, len(PROMPT) :].tolist())
     return torch.tensor(out)
 
@@ -391,7 +394,7 @@ def test_the_distribution_test_catches_a_broken_acceptance_rule(monkeypatch):
                 break
             n += 1
         token = int(torch.multinomial(p[n], 1, generator=generator))
-        return loop._cut(drafted, n, token, eos, room)
+        return loop.kept_step(drafted, n, token, eos, room)
 
     monkeypatch.setattr(loop, "accept_sampled", broken)
     runs = sampled_runs(MAIN_TABLE, DRAFT_TABLE, gamma=4)
@@ -413,7 +416,7 @@ def test_a_five_percent_shift_is_detectable():
 
 
 def test_processing_a_block_equals_the_processors_one_row_at_a_time():
-    """`_process` (the verify pass and a sampling draft) keeps the suppression masks across
+    """`process_logits` (the verify pass and a sampling draft) keeps the suppression masks across
     calls and skips rows: the same logits as each processor's own call on each row's prefix."""
     from transformers.generation.logits_process import (
         SuppressTokensAtBeginLogitsProcessor,
@@ -438,7 +441,7 @@ def test_processing_a_block_equals_the_processors_one_row_at_a_time():
             for p in processors:
                 row = p(prefix[:, : 3 + i], row)
             expected[i] = row[0]
-        assert torch.equal(_process(processors, prefix, logits.clone()), expected)
+        assert torch.equal(process_logits(processors, prefix, logits.clone()), expected)
 
 
 def test_draw_samples_the_given_distribution_and_never_a_zero():
@@ -473,7 +476,7 @@ def test_projection_blocks_give_the_whole_matrix_logits(shape, monkeypatch):
     vocab, d = 3 * loop.BLOCK + 57, 64
     main = SimpleNamespace(proj_out=torch.nn.Linear(d, vocab, bias=False))
     hidden = torch.randn(*shape, d)
-    logits = loop._projection(main)(hidden)
+    logits = loop.projection(main)(hidden)
     monkeypatch.undo()
     expected = torch.nn.functional.linear(hidden, main.proj_out.weight)
     assert logits.shape == (*shape, vocab)

@@ -97,8 +97,8 @@ _made: dict[int, object] = {}
 _make_drafter = drafters.make_drafter
 
 
-def make_drafter(draft, main):
-    drafter = _make_drafter(draft, main)
+def make_drafter(main, assistant):
+    drafter = _make_drafter(main, assistant)
     if isinstance(drafter, drafters.Int8SelfDrafter):
         if id(main.model) not in _made:
             _made[id(main.model)] = int4_weights(main.model, drafter.w)

@@ -10,7 +10,7 @@ from typing import Any
 
 import pandas as pd
 
-from specwhisper import batched
+from specwhisper import batch
 from specwhisper.ui.verdict import badge
 
 BATCH_COLUMNS = ["Clip", "Batched baseline", "Batched speculative", "Identical"]
@@ -62,5 +62,5 @@ def batch_rows_frame(result: Mapping[str, Any]) -> pd.DataFrame:
 def batch_chart_frame(result: Mapping[str, Any]) -> pd.DataFrame:
     """Speed-up against batch size: this run, and the paper's A100 figures for reference."""
     points = [("this run", e["batch_size"], e["speedup"]) for e in result["sweep"]]
-    points += [("Distil-Whisper paper, A100", n, x) for n, x in batched.PAPER_A100.items()]
+    points += [("Distil-Whisper paper, A100", n, x) for n, x in batch.PAPER_A100.items()]
     return pd.DataFrame(points, columns=["series", "batch size", "speed-up"])

@@ -22,7 +22,7 @@ from typing import Any
 import gradio as gr
 import numpy as np
 
-from specwhisper import alignment, batched, compare
+from specwhisper import alignment, batch, compare
 from specwhisper.audio import SAMPLE_RATE
 from specwhisper.compare import CheckedRequest, CompareRequest
 
@@ -71,51 +71,28 @@ def on_device(
 
 
 def batch_gpu_seconds(
-    pieces: list[np.ndarray],
-    languages: list[Any],
-    sizes: list[int],
-    req: CompareRequest,
-    progress: Any = None,
+    rows: batch.Rows, sizes: list[int], req: CompareRequest, progress: Any = None
 ) -> int:
     """ZeroGPU time for batch mode: as `gpu_seconds`, once per batch size (two extra baseline
     runs per row check the batch of one)."""
-    audio_s = sum(len(p) for p in pieces) / SAMPLE_RATE
     runs = len(sizes) * (2 * (req.repeats + 1) + 1)
-    return int(min(MAX_GPU_S, 30 + 0.1 * runs * audio_s))
+    return int(min(MAX_GPU_S, 30 + 0.1 * runs * rows.duration_s))
 
 
 def on_device_batch(
-    pieces: list[np.ndarray],
-    languages: list[str | None],
-    sizes: list[int],
-    req: CompareRequest,
-    progress: gr.Progress | None,
-) -> list[dict[str, Any]]:
+    rows: batch.Rows, sizes: list[int], req: CompareRequest, progress: gr.Progress | None
+) -> dict[str, Any]:
     """The GPU part of batch mode: inference only, the pair is a cache hit (see on_device)."""
     main, assistant, _ = compare.load_pair(req)
     report = reporter(progress)
-    sweep = []
-    alone = None  # each row's tokens in a batch of one, once size 1 has run
-    for k, size in enumerate(sizes):
 
-        def on_batch(i: int, n: int, k: int = k, size: int = size) -> None:
-            report((k + i / n) / len(sizes), f"Batch size {size}: batch {i + 1} of {n}")
+    def on_batch(size: int, i: int, n: int) -> None:
+        report((sizes.index(size) + i / n) / len(sizes), f"Batch size {size}: batch {i + 1} of {n}")
 
-        result = batched.compare_batches(
-            main,
-            assistant,
-            pieces,
-            languages,
-            size,
-            repeats=req.repeats,
-            check_batch_of_one=size > 1,
-            batch_of_one=alone,
-            on_batch=on_batch,
-        )
-        sweep.append(result.to_dict())
-        if size == 1:
-            alone = [row.baseline_tokens for row in result.rows]
-    return sweep
+    results = list(
+        batch.sweep(main, assistant, rows, sizes, repeats=req.repeats, on_batch=on_batch)
+    )
+    return batch.sweep_json(main, rows, results)
 
 
 if spaces is not None:
