@@ -50,10 +50,10 @@ def run_batch(
         req = compare_request(
             main=main, assistant=assistant, language=language, repeats=repeats, **BATCH_SETTINGS
         )
-        main_ckpt = compare.check_request(req).main
+        checked = compare.check_request(req)  # once: the loaders below take it as it is
         report = device.reporter(progress)
         report(0.0, "Reading the audio")
-        code = None if main_ckpt.english_only else compare.language_code(req.language)
+        code = None if checked.main.english_only else checked.language
         recordings, notes = _read_files(files, code)
         rows = batch.cut_rows(recordings)
         if len(rows.names) > MAX_BATCH_ROWS:
@@ -61,8 +61,8 @@ def run_batch(
                 f"Batch mode takes up to {MAX_BATCH_ROWS} pieces of 30 s; these files make "
                 f"{len(rows.names)}. Use fewer or shorter files."
             )
-        compare.load_pair(req, progress=report)
-        result = device.on_device_batch(rows, list(sizes), req, progress)
+        compare.load_pair(checked, progress=report)
+        result = device.on_device_batch(rows, list(sizes), checked, progress)
         return result | {"audio_notes": notes, "main": main, "assistant": assistant}
 
 

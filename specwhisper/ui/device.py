@@ -71,16 +71,16 @@ def on_device(
 
 
 def batch_gpu_seconds(
-    rows: batch.Rows, sizes: list[int], req: CompareRequest, progress: Any = None
+    rows: batch.Rows, sizes: list[int], req: CheckedRequest, progress: Any = None
 ) -> int:
     """ZeroGPU time for batch mode: as `gpu_seconds`, once per batch size (two extra baseline
     runs per row check the batch of one)."""
-    runs = len(sizes) * (2 * (req.repeats + 1) + 1)
+    runs = len(sizes) * (2 * (req.request.repeats + 1) + 1)
     return int(min(MAX_GPU_S, 30 + 0.1 * runs * rows.duration_s))
 
 
 def on_device_batch(
-    rows: batch.Rows, sizes: list[int], req: CompareRequest, progress: gr.Progress | None
+    rows: batch.Rows, sizes: list[int], req: CheckedRequest, progress: gr.Progress | None
 ) -> dict[str, Any]:
     """The GPU part of batch mode: inference only, the pair is a cache hit (see on_device)."""
     main, assistant, _ = compare.load_pair(req)
@@ -90,7 +90,7 @@ def on_device_batch(
         report((sizes.index(size) + i / n) / len(sizes), f"Batch size {size}: batch {i + 1} of {n}")
 
     results = list(
-        batch.sweep(main, assistant, rows, sizes, repeats=req.repeats, on_batch=on_batch)
+        batch.sweep(main, assistant, rows, sizes, repeats=req.request.repeats, on_batch=on_batch)
     )
     return batch.sweep_json(main, rows, results)
 
