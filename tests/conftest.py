@@ -4,12 +4,16 @@ weights when prepared, and the shared speech clips when present."""
 from __future__ import annotations
 
 import atexit
+import contextlib
 import os
 import shutil
+import socket
 import sys
 import tempfile
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -113,3 +117,19 @@ def one_torch_thread():
     torch.set_num_threads(1)
     yield
     torch.set_num_threads(before)
+
+
+@contextlib.contextmanager
+def served(demo: Any, **options: Any) -> Iterator[str]:
+    """`demo` launched on a free localhost port (gradio launch options as given); its URL,
+    ending in "/". Closed on exit."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    demo.launch(
+        prevent_thread_lock=True, server_name="127.0.0.1", server_port=port, quiet=True, **options
+    )
+    try:
+        yield f"http://127.0.0.1:{port}/"
+    finally:
+        demo.close()

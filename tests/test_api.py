@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import socket
 import struct
 import threading
 import time
@@ -23,6 +22,7 @@ import numpy as np
 import pytest
 import soundfile as sf
 import torch
+from conftest import served
 from gradio_client import Client, handle_file
 from test_audio import tone, write_float_wav, write_wav
 
@@ -51,20 +51,11 @@ def server():
     limit."""
     from specwhisper.ui import build_demo, launch_options
 
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
     with pytest.MonkeyPatch.context() as env:
         env.setenv("SPECWHISPER_MAX_FILE_MIB", str(MAX_FILE_MIB))
         options = launch_options()
-    demo = build_demo()
-    demo.launch(
-        prevent_thread_lock=True, server_name="127.0.0.1", server_port=port, quiet=True, **options
-    )
-    try:
-        yield Client(f"http://127.0.0.1:{port}/", verbose=False)
-    finally:
-        demo.close()
+    with served(build_demo(), **options) as url:
+        yield Client(url, verbose=False)
 
 
 @pytest.fixture(autouse=True)

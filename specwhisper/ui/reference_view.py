@@ -12,6 +12,7 @@ from typing import Any
 import gradio as gr
 
 from specwhisper.reference import word_error_rate
+from specwhisper.ui.verdict import figures_table
 
 MAX_CHANGES = 12  # word changes listed; the rest are counted
 
@@ -53,7 +54,7 @@ def render_reference(result: Mapping[str, Any], example_text: str = "") -> str:
         f'<p style="font-size: 1.1em; margin: 10px 0">'
         f"{html.escape(ref['text']) or '<i>(empty)</i>'}</p>"
         f'<div style="margin-bottom: 8px">{_agreement(ref)}</div>'
-        + _table(rows)
+        + figures_table(rows)
         + _wer_line(result, example_text)
         + f'<p style="opacity: 0.75; font-size: 0.9em; margin-top: 8px">'
         f"{html.escape(ref['note'])}</p>"
@@ -118,17 +119,6 @@ def _wer_line(result: Mapping[str, Any], example_text: str) -> str:
         + ", ".join(scores)
         + "</div>"
     )
-
-
-def _table(rows: list[tuple[str, str, str]]) -> str:
-    cells = "".join(
-        f'<tr><td style="padding: 3px 8px 3px 0; opacity: 0.8">{name}</td>'
-        f'<td style="padding: 3px 8px"><b>{value}</b>'
-        + (f'<div style="font-size: 0.8em; opacity: 0.7">{html.escape(how)}</div>' if how else "")
-        + "</td></tr>"
-        for name, value, how in rows
-    )
-    return f'<table style="border-collapse: collapse; width: 100%">{cells}</table>'
 
 
 def _box(title: str, what: str, body: str) -> str:
