@@ -66,8 +66,14 @@ def test_a_step_of_end_of_text_alone_does_not_stop_the_mapping():
     # leaves out; the next window's steps must still be found.
     steps = [*STEPS[:2], {"drafted": [], "n_accepted": 0, "main_token": EOT}, STEPS[2]]
     assert [origin for _, origin in token_origins(TOKENS, steps)] == [
-        "main", "draft", "draft", "correction", "draft", "draft", "bonus"
-    ]  # fmt: skip
+        "main",
+        "draft",
+        "draft",
+        "correction",
+        "draft",
+        "draft",
+        "bonus",
+    ]
 
 
 def test_figure_has_the_strip_coloured_by_origin():

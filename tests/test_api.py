@@ -38,11 +38,23 @@ SPANISH = EXAMPLES / "es_asterisk_priv-introsaved.wav"
 MAX_AUDIO_S = 15  # the launched app's duration limit (the JFK clip is 11 s)
 MAX_FILE_MIB = 1  # and its upload limit
 PARAMETERS = [
-    "audio", "language", "task", "main", "assistant",
-    "gamma", "gamma_schedule", "repeats", "dtype", "timestamps", "engine",
-    "temperature", "seed", "fallback", "encoder_dtype",  # new and optional: older callers work
+    "audio",
+    "language",
+    "task",
+    "main",
+    "assistant",
+    "gamma",
+    "gamma_schedule",
+    "repeats",
+    "dtype",
+    "timestamps",
+    "engine",
+    "temperature",
+    "seed",
+    "fallback",
+    "encoder_dtype",  # new and optional: older callers work
     "reference",
-]  # fmt: skip
+]
 
 
 @pytest.fixture(scope="module")
@@ -417,8 +429,9 @@ def test_audio_that_is_not_a_file_reference(server, audio, shown):
 
 def test_bare_path_through_the_client(server):
     with pytest.raises(Exception, match="The audio must be a file reference"):
-        server.predict(str(SPANISH), "auto", "transcribe", "tiny-random-a", "self-int8",
-                       api_name="/compare")  # fmt: skip
+        server.predict(
+            str(SPANISH), "auto", "transcribe", "tiny-random-a", "self-int8", api_name="/compare"
+        )
 
 
 # --- no server path in any message ----------------------------------------------------------

