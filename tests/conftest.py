@@ -119,6 +119,18 @@ def one_torch_thread():
     torch.set_num_threads(before)
 
 
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Any]:
+    """Debian's chromium driven by Playwright, for the browser tests (they skip without it)."""
+    from playwright.sync_api import sync_playwright
+    from test_browser import CHROMIUM, CHROMIUM_ARGS
+
+    with sync_playwright() as playwright:
+        chromium = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        yield chromium
+        chromium.close()
+
+
 @contextlib.contextmanager
 def served(demo: Any, **options: Any) -> Iterator[str]:
     """`demo` launched on a free localhost port (gradio launch options as given); its URL,

@@ -21,7 +21,7 @@ import pytest
 from conftest import served
 
 pytest.importorskip("playwright.sync_api", reason="playwright is not installed")
-from playwright.sync_api import Browser, Locator, Page, expect, sync_playwright  # noqa: E402
+from playwright.sync_api import Browser, Locator, Page, expect  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 ARTIFACTS = ROOT / "artifacts" / "browser"
@@ -42,6 +42,7 @@ CHROMIUM_ARGS = [
 DESKTOP = {"width": 1280, "height": 900}
 PHONE = {"width": 390, "height": 844}
 PAGE_TIMEOUT_MS = 60_000  # loading the page and each click
+RUN_IT_YOURSELF = "Run it yourself: this run in plain transformers, then in specwhisper's loop"
 RUN_TIMEOUT_MS = 120_000  # one comparison, model loading included, on a busy CPU
 # expect() waits 5 s by default: too short for an upload on a busy 2-core runner (CI once saw
 # the second of two batch-mode uploads arrive later than that).
@@ -75,14 +76,6 @@ def server(request: pytest.FixtureRequest) -> Iterator[Server]:
         main = "whisper-tiny.en (local)" if is_real else "tiny-random-a (local)"
         with served(build_demo(), **launch_options()) as url:  # for the folder just set
             yield Server(url, main, is_real)
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    with sync_playwright() as playwright:
-        browser = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        yield browser
-        browser.close()
 
 
 @pytest.fixture
@@ -207,9 +200,10 @@ def check_result_views(page: Page) -> None:
         page.locator(".block").filter(has=page.locator("img")).filter(has_not=page.locator("input"))
     )
     expect(figure.locator("img").first).to_be_visible()
-    page.get_by_text("Run it yourself: this run in plain transformers", exact=True).click()
+    page.get_by_text(RUN_IT_YOURSELF, exact=True).click()
+    # the editor draws only the lines in view: the plain snippet's header names the call
     expect(page.locator(".cm-content").filter(has_text="assistant_model")).to_contain_text(
-        "assistant_model=assistant"
+        "generate(...,#    assistant_model=...)"
     )
 
 

@@ -27,7 +27,6 @@ from test_browser import (  # noqa: E402
     JFK,
     PAGE_TIMEOUT_MS,
     audio_block,
-    browser,
     check_both_columns,
     choose_fast_settings,
     compare_button,
@@ -38,7 +37,7 @@ from test_browser import (  # noqa: E402
 
 from specwhisper.ui.share import EMBED_LABEL  # noqa: E402
 
-__all__ = ["browser", "open_page", "server"]  # the fixtures this module uses from test_browser
+__all__ = ["open_page", "server"]  # the fixtures this module uses from test_browser
 
 pytestmark = [
     pytest.mark.browser,

@@ -102,7 +102,8 @@ def results_section() -> Results:
     # closed and empty until a result exists; on_compare opens it
     with gr.Accordion("Draft-token view: who produced each token", open=False) as token_view:
         origins, steps = _token_views()
-    with gr.Accordion("Run it yourself: this run in plain transformers", open=False):
+    run_it = "Run it yourself: this run in plain transformers, then in specwhisper's loop"
+    with gr.Accordion(run_it, open=False):
         snippet = gr.Code(language="python", label="Python", buttons=["copy"])
     with gr.Accordion("Results for bloggers", open=False):
         markdown, json_file = _exports()
