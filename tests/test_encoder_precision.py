@@ -112,7 +112,7 @@ def test_long_audio_and_language_detection_with_a_bf16_encoder(tiny_models, use_
     )
     result = compare.compare(_noise(70, 5), req)  # 70 s: 3 windows
     assert result.identical and result.baseline.n_windows >= 2
-    assert result.precision["encoder"] == "bfloat16"
+    assert result.setup.precision["encoder"] == "bfloat16"
 
 
 def test_the_encoder_hook_takes_tuple_outputs(pair):
