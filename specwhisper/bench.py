@@ -400,20 +400,13 @@ def _reference_text(c: Comparison, normalize: Callable[[str], str]) -> str | Non
 
 
 def normalizer(language: str | None, main: models.Loaded) -> Callable[[str], str]:
-    """Whisper's text normalizer for scoring: the English one for en, the basic one otherwise,
-    stripping diacritics for es (the Spanish reference texts lack most accents)."""
-    from transformers.models.whisper.english_normalizer import (
-        BasicTextNormalizer,
-        EnglishTextNormalizer,
-    )
-
-    if language == "en":
-        # Converted tokenizers may lack normalizer.json; the spelling mapping is then empty.
-        spelling = getattr(main.processor.tokenizer, "english_spelling_normalizer", None) or {}
-        english = EnglishTextNormalizer(spelling)
-        return lambda text: english(text).strip()
-    basic = BasicTextNormalizer(remove_diacritics=language == "es")
-    return lambda text: basic(text).strip()
+    """Whisper's text normalizer for scoring (reference.text_normalizer), with the main's
+    British->American spellings for English."""
+    if language != "en":
+        return reference.text_normalizer(language)
+    # Converted tokenizers may lack normalizer.json; the spelling mapping is then empty.
+    spelling = getattr(main.processor.tokenizer, "english_spelling_normalizer", None) or {}
+    return reference.text_normalizer(language, spelling)
 
 
 def wer(pairs: list[tuple[str, str]]) -> float | None:

@@ -302,10 +302,12 @@ def transcribe(
 # Against the baseline
 
 
-def text_normalizer(language: str | None, spelling: dict[str, str] | None = None):
-    """Whisper's normalizer as the bench scores WER: the English one (with the tokenizer's
-    British->American spellings, when given) for en, the basic one otherwise, without
-    diacritics for es."""
+def text_normalizer(
+    language: str | None, spelling: dict[str, str] | None = None
+) -> Callable[[str], str]:
+    """Whisper's normalizer as the bench and the page score WER: the English one (with the
+    tokenizer's British->American spellings, when given) for en, the basic one otherwise,
+    without diacritics for es (the Spanish reference texts lack most accents)."""
     from transformers.models.whisper.english_normalizer import (
         BasicTextNormalizer,
         EnglishTextNormalizer,
