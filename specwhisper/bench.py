@@ -76,7 +76,7 @@ class Clip:
     name: str  # file as written in the manifest (relative to it, or absolute)
     category: str  # the manifest's category column, "" when absent
     language: str | None  # Whisper code given to the main; None: auto-detect
-    reference: str
+    reference_text: str  # the manifest's true text of the clip
     samples: np.ndarray = dataclasses.field(repr=False)  # [n] float32 mono 16 kHz
 
 
@@ -84,11 +84,11 @@ class Clip:
 class Scored:
     """Texts as scored: after Whisper's normalizer for the clip's language."""
 
-    reference: str
+    reference_text: str
     baseline: str
     speculative: str
     peer: str | None
-    reference_engine: str | None = None  # --reference's transcript
+    reference: str | None = None  # --reference's transcript
 
 
 @dataclass(frozen=True)
@@ -96,47 +96,51 @@ class ClipResult:
     """One clip: the shared baseline against our engine and, with --peer, transformers'."""
 
     clip: Clip
-    ours: Comparison  # baseline vs --engine
+    speculative: Comparison  # baseline vs --engine
     peer: Comparison | None  # the same baseline runs vs transformers' assisted generation
     scored: Scored
 
     @property
-    def ours_vs_peer(self) -> float | None:
-        """Peer time over our time: above 1 means our loop beat transformers' on this clip."""
-        if self.peer is None or not self.ours.speculative.time_s:
+    def speedup_over_peer(self) -> float | None:
+        """The speculative column's speed-up over the peer (peer time over speculative time):
+        above 1 means our loop beat transformers' on this clip."""
+        if self.peer is None:
             return None
-        return self.peer.speculative.time_s / self.ours.speculative.time_s
+        return metrics.ratio(self.peer.speculative.time_s, self.speculative.speculative.time_s)
 
     def to_dict(self) -> dict[str, Any]:
         s = self.scored
-        baseline = compare.side_json(self.ours.baseline, self.ours.baseline_times_s, tokens=False)
+        baseline = compare.side_json(
+            self.speculative.baseline, self.speculative.baseline_times_s, tokens=False
+        )
         row = {
             "file": self.clip.name,
             "category": self.clip.category,
             "language": self.clip.language or "auto",
-            "duration_s": round(self.ours.duration_s, 3),
-            "reference": self.clip.reference,
-            "normalized_reference": s.reference,
-            "baseline": baseline | {"wer": _round(wer([(s.reference, s.baseline)]))},
-            "speculative": _side_dict(self.ours, wer([(s.reference, s.speculative)])),
+            "duration_s": round(self.speculative.duration_s, 3),
+            "reference_text": self.clip.reference_text,
+            "normalized_reference_text": s.reference_text,
+            "baseline": baseline | {"wer": _round(wer([(s.reference_text, s.baseline)]))},
+            "speculative": _side_dict(self.speculative, wer([(s.reference_text, s.speculative)])),
         }
         if self.peer is not None and s.peer is not None:
-            row["peer"] = _side_dict(self.peer, wer([(s.reference, s.peer)]))
-            row["ours_vs_peer"] = _round(self.ours_vs_peer)
-        if self.ours.reference is not None:
-            row["reference"] = self.ours.reference.to_dict()
-            if s.reference_engine is not None:
-                row["reference"]["wer"] = _round(wer([(s.reference, s.reference_engine)]))
-                row["ours_vs_reference"] = _round(self.ours_vs_reference)
-        return row
+            row["peer"] = _side_dict(self.peer, wer([(s.reference_text, s.peer)]))
+            row["speculative_speedup_over_peer"] = _round(self.speedup_over_peer)
+        if self.speculative.reference is not None:
+            row["reference"] = self.speculative.reference.to_dict()
+            if s.reference is not None:
+                row["reference"]["wer"] = _round(wer([(s.reference_text, s.reference)]))
+                row["speculative_speedup_over_reference"] = _round(self.speedup_over_reference)
+        return with_old_names(row)
 
     @property
-    def ours_vs_reference(self) -> float | None:
-        """--reference's time over ours: above 1 means our column beat it on this clip."""
-        ref = self.ours.reference
-        if not isinstance(ref, reference.ReferenceResult) or not self.ours.speculative.time_s:
+    def speedup_over_reference(self) -> float | None:
+        """The speculative column's speed-up over --reference (its time over the speculative
+        column's): above 1 means our column beat it on this clip."""
+        ref = self.speculative.reference
+        if not isinstance(ref, reference.ReferenceResult):
             return None
-        return ref.time_s / self.ours.speculative.time_s
+        return metrics.ratio(ref.time_s, self.speculative.speculative.time_s)
 
 
 def _side_dict(c: Comparison, error_rate: float | None) -> dict[str, Any]:
@@ -150,7 +154,7 @@ def _side_dict(c: Comparison, error_rate: float | None) -> dict[str, Any]:
 class SideTotals:
     """One speculative engine against the shared baseline, over all clips."""
 
-    identical_clips: int
+    n_identical_clips: int
     time_s: float  # sum of the per-clip medians
     speedup: float  # sum of baseline times / sum of this side's times
     median_clip_speedup: float
@@ -165,10 +169,11 @@ class SideTotals:
     predicted_end_to_end: float  # the same, with the encoder and per-step overhead added
 
     def to_dict(self, name: str) -> dict[str, Any]:
-        """Flat keys: `speedup`, `wer_speculative`, ... for ours; `peer_speedup`, ... for peer."""
+        """Flat keys: `speedup`, `wer_speculative`, ... for the speculative column;
+        `peer_speedup`, ... for the peer."""
         p = "" if name == "speculative" else f"{name}_"
         return {
-            f"{p}identical_clips": self.identical_clips,
+            f"{p}n_identical_clips": self.n_identical_clips,
             f"{name}_s": round(self.time_s, 4),
             f"{p}speedup": round(self.speedup, 4),
             f"{p}median_clip_speedup": round(self.median_clip_speedup, 4),
@@ -190,10 +195,10 @@ class Totals:
     audio_s: float
     baseline_s: float  # sum of the per-clip baseline medians
     wer_baseline: float | None
-    ours: SideTotals
+    speculative: SideTotals
     peer: SideTotals | None
-    ours_vs_peer: float | None  # sum of peer times / sum of our times
-    median_clip_ours_vs_peer: float | None
+    speedup_over_peer: float | None  # sum of peer times / sum of speculative times
+    median_clip_speedup_over_peer: float | None
     reference: dict[str, Any] | None = None  # --reference's totals (reference.bench_totals)
 
     def to_dict(self) -> dict[str, Any]:
@@ -202,15 +207,17 @@ class Totals:
             "audio_s": round(self.audio_s, 3),
             "baseline_s": round(self.baseline_s, 4),
             "wer_baseline": _round(self.wer_baseline),
-            **self.ours.to_dict("speculative"),
+            **self.speculative.to_dict("speculative"),
         }
         if self.peer is not None:
             d |= self.peer.to_dict("peer")
-            d["ours_vs_peer"] = _round(self.ours_vs_peer)
-            d["median_clip_ours_vs_peer"] = _round(self.median_clip_ours_vs_peer)
+            d["speculative_speedup_over_peer"] = _round(self.speedup_over_peer)
+            d["median_clip_speculative_speedup_over_peer"] = _round(
+                self.median_clip_speedup_over_peer
+            )
         if self.reference is not None:
             d |= self.reference
-        return d
+        return with_old_names(d)
 
 
 def _round(x: float | None, digits: int = 4) -> float | None:
@@ -270,7 +277,7 @@ def _clip(ex: Example, name: str, category: str, language: str) -> Clip:
         audio = load_audio(ex.path, BENCH_LIMITS)
     except ValueError as e:  # CompareError, AudioError
         raise BenchError(f"{name}: {e}") from None
-    return Clip(name, category, code, ex.reference, audio.samples)
+    return Clip(name, category, code, ex.reference_text, audio.samples)
 
 
 def join_clips(
@@ -278,7 +285,7 @@ def join_clips(
 ) -> list[Clip]:
     """Join consecutive clips of one language into clips of at least `min_s` and at most
     `max_s` seconds (one 30 s window), with `gap_s` of silence between them and their
-    references joined: real speech at the 20-30 s lengths where a window is mostly used, from a
+    reference texts joined: real speech at the 20-30 s lengths where a window is mostly used, from a
     manifest of short lines. A clip that would push a group past `max_s` starts the next group
     (a clip longer than `max_s` stays alone); a remainder shorter than min_s / 2 is added to
     the language's previous joined clip when that still fits in `max_s`."""
@@ -316,10 +323,8 @@ def join_clips(
     for group in groups:
         parts = [p for c in group for p in (c.samples, gap)][:-1]
         name = f"{group[0].name}+{len(group) - 1}" if len(group) > 1 else group[0].name
-        reference = " ".join(c.reference for c in group)
-        joined.append(
-            Clip(name, group[0].category, group[0].language, reference, np.concatenate(parts))
-        )
+        text = " ".join(c.reference_text for c in group)
+        joined.append(Clip(name, group[0].category, group[0].language, text, np.concatenate(parts)))
     return joined
 
 
@@ -366,7 +371,7 @@ def run_clip(
         on_run(req.engine if side == "speculative" else side)
         return run()
 
-    ours, theirs = compare.compare_loaded(
+    speculative, peer_comparison = compare.compare_loaded(
         clip.samples,
         req,
         main,
@@ -379,16 +384,16 @@ def run_clip(
     )
     normalize = normalizer(clip.language or ("en" if main.checkpoint.english_only else None), main)
     scored = Scored(
-        reference=normalize(clip.reference),
-        baseline=normalize(ours.baseline.text),
-        speculative=normalize(ours.speculative.text),
-        peer=normalize(theirs.speculative.text) if theirs else None,
-        reference_engine=_reference_text(ours, normalize),
+        reference_text=normalize(clip.reference_text),
+        baseline=normalize(speculative.baseline.text),
+        speculative=normalize(speculative.speculative.text),
+        peer=normalize(peer_comparison.speculative.text) if peer_comparison else None,
+        reference=_reference_transcript(speculative, normalize),
     )
-    return ClipResult(clip, ours, theirs, scored)
+    return ClipResult(clip, speculative, peer_comparison, scored)
 
 
-def _reference_text(c: Comparison, normalize: Callable[[str], str]) -> str | None:
+def _reference_transcript(c: Comparison, normalize: Callable[[str], str]) -> str | None:
     """--reference's transcript, normalized; None when it did not run."""
     if isinstance(c.reference, reference.ReferenceResult):
         return normalize(c.reference.run.text)
@@ -428,7 +433,7 @@ def side_totals(comparisons: list[Comparison], pairs: list[tuple[str, str]]) -> 
     spec = [c.speculative for c in comparisons]
     speedups = [c.speedup for c in comparisons]
     return SideTotals(
-        identical_clips=sum(c.identical for c in comparisons),
+        n_identical_clips=sum(c.identical for c in comparisons),
         time_s=sum(r.time_s for r in spec),
         speedup=metrics.speedup(base, spec),
         median_clip_speedup=statistics.median(speedups),
@@ -446,30 +451,30 @@ def side_totals(comparisons: list[Comparison], pairs: list[tuple[str, str]]) -> 
 
 def totals(results: list[ClipResult]) -> Totals:
     def pairs(side: str) -> list[tuple[str, str]]:
-        return [(r.scored.reference, getattr(r.scored, side) or "") for r in results]
+        return [(r.scored.reference_text, getattr(r.scored, side) or "") for r in results]
 
-    ours = side_totals([r.ours for r in results], pairs("speculative"))
+    speculative = side_totals([r.speculative for r in results], pairs("speculative"))
     peers = [r.peer for r in results if r.peer is not None]
     peer = side_totals(peers, pairs("peer")) if len(peers) == len(results) else None
-    ratios = [r.ours_vs_peer or 0.0 for r in results] if peer else []
-    refs = [r.ours.reference for r in results]
+    ratios = [r.speedup_over_peer or 0.0 for r in results] if peer else []
+    refs = [r.speculative.reference for r in results]
     reference_totals = None
     if refs and all(isinstance(ref, reference.ReferenceResult) for ref in refs):
         reference_totals = reference.bench_totals(
-            [r.ours.baseline.time_s for r in results],
-            [r.ours.speculative.time_s for r in results],
+            [r.speculative.baseline.time_s for r in results],
+            [r.speculative.speculative.time_s for r in results],
             refs,
-            wer(pairs("reference_engine")),
+            wer(pairs("reference")),
         )
     return Totals(
         n_clips=len(results),
-        audio_s=sum(r.ours.duration_s for r in results),
-        baseline_s=sum(r.ours.baseline.time_s for r in results),
+        audio_s=sum(r.speculative.duration_s for r in results),
+        baseline_s=sum(r.speculative.baseline.time_s for r in results),
         wer_baseline=wer(pairs("baseline")),
-        ours=ours,
+        speculative=speculative,
         peer=peer,
-        ours_vs_peer=peer.time_s / ours.time_s if peer and ours.time_s else None,
-        median_clip_ours_vs_peer=statistics.median(ratios) if ratios else None,
+        speedup_over_peer=metrics.ratio(peer.time_s, speculative.time_s) if peer else None,
+        median_clip_speedup_over_peer=statistics.median(ratios) if ratios else None,
         reference=reference_totals,
     )
 
@@ -527,7 +532,7 @@ def print_table(console: Any, results: list[ClipResult], total: Totals) -> None:
     for name in ("tokens", "accept", "tok/fwd", "same"):
         table.add_column(name, justify="right")
     for r in results:
-        o = r.ours
+        o = r.speculative
         cells = [r.clip.name, r.clip.language or "auto", f"{o.duration_s:.1f}"]
         cells += [f"{o.baseline.time_s:.3f}", f"{o.speculative.time_s:.3f}", f"{o.speedup:.2f}"]
         if total.peer is not None:
@@ -538,39 +543,40 @@ def print_table(console: Any, results: list[ClipResult], total: Totals) -> None:
         cells += [str(o.baseline.n_tokens), f"{o.speculative.acceptance_rate:.0%}"]
         cells += [f"{o.speculative.tokens_per_main_forward:.2f}", _same(o)]
         table.add_row(*cells)
-    ours = total.ours
+    spec = total.speculative
     table.add_section()
     cells = ["total", "", f"{total.audio_s:.1f}", f"{total.baseline_s:.3f}"]
-    cells += [f"{ours.time_s:.3f}", f"{ours.speedup:.2f}"]
+    cells += [f"{spec.time_s:.3f}", f"{spec.speedup:.2f}"]
     if total.peer is not None:
         cells += [f"{total.peer.time_s:.3f}", f"{total.peer.speedup:.2f}"]
     if total.reference is not None:
         t = total.reference
         cells += [f"{t['reference_s']:.3f}", f"{t['reference_speedup']:.2f}"]
-        cells += [f"{t['reference_same_text_clips']}/{total.n_clips}"]
-    cells += [str(sum(r.ours.baseline.n_tokens for r in results))]
-    cells += [f"{ours.acceptance_rate:.0%}", f"{ours.tokens_per_main_forward:.2f}"]
-    cells += [f"{ours.identical_clips}/{total.n_clips}"]
+        cells += [f"{t['reference_n_same_text_clips']}/{total.n_clips}"]
+    cells += [str(sum(r.speculative.baseline.n_tokens for r in results))]
+    cells += [f"{spec.acceptance_rate:.0%}", f"{spec.tokens_per_main_forward:.2f}"]
+    cells += [f"{spec.n_identical_clips}/{total.n_clips}"]
     table.add_row(*cells)
     console.print(table)
     no_peer = [r.clip.name for r in results if r.peer is None]
     lines = [
-        f"identical transcripts (token ids): {ours.identical_clips}/{total.n_clips}",
-        f"speed-up: total {ours.speedup:.2f}×, median clip {ours.median_clip_speedup:.2f}×, "
-        f"min clip {ours.min_clip_speedup:.2f}×",
-        f"WER: baseline {_pct(total.wer_baseline)}, speculative {_pct(ours.wer)}",
-        f"acceptance {ours.acceptance_rate:.1%} (alpha {ours.alpha:.3f}), mean gamma "
-        f"{ours.mean_gamma:.2f}, draft/verify cost c = {ours.cost_ratio:.3f}",
-        f"predicted speed-up: {ours.predicted_speedup:.2f}× decoder loop (Leviathan), "
-        f"{ours.predicted_end_to_end:.2f}× end to end (encoder and per-pass overhead added) vs "
-        f"measured {ours.speedup:.2f}× (whole generate call)",
+        f"identical transcripts (token ids): {spec.n_identical_clips}/{total.n_clips}",
+        f"speed-up: total {spec.speedup:.2f}×, median clip {spec.median_clip_speedup:.2f}×, "
+        f"min clip {spec.min_clip_speedup:.2f}×",
+        f"WER: baseline {_pct(total.wer_baseline)}, speculative {_pct(spec.wer)}",
+        f"acceptance {spec.acceptance_rate:.1%} (alpha {spec.alpha:.3f}), mean gamma "
+        f"{spec.mean_gamma:.2f}, draft/verify cost c = {spec.cost_ratio:.3f}",
+        f"predicted speed-up: {spec.predicted_speedup:.2f}× decoder loop (Leviathan), "
+        f"{spec.predicted_end_to_end:.2f}× end to end (encoder and per-pass overhead added) vs "
+        f"measured {spec.speedup:.2f}× (whole generate call)",
     ]
     if total.peer is not None:
         p = total.peer
         lines += [
             f"peer ({PEER_ENGINE} assisted generation): {p.speedup:.2f}× total, "
-            f"{p.identical_clips}/{total.n_clips} identical, WER {_pct(p.wer)}, "
-            f"acceptance {p.acceptance_rate:.1%}; ours vs peer {total.ours_vs_peer or 0:.2f}×",
+            f"{p.n_identical_clips}/{total.n_clips} identical, WER {_pct(p.wer)}, "
+            f"acceptance {p.acceptance_rate:.1%}; speculative over peer "
+            f"{total.speedup_over_peer or 0:.2f}×",
         ]
     elif any(r.peer is not None for r in results) and no_peer:
         lines.append(
@@ -585,18 +591,20 @@ def print_table(console: Any, results: list[ClipResult], total: Totals) -> None:
 
 
 def reference_lines(t: dict[str, Any], n_clips: int) -> list[str]:
-    """--reference's summary: its ratios against the baseline and ours, its text agreement."""
+    """--reference's summary: its ratios against the baseline and the speculative column, its
+    text agreement."""
     return [
         f"reference {t['reference']} (CTranslate2 {t['reference_ct2_compute_type']}, "
-        f"{t['reference_threads']} threads): {t['reference_speedup']:.2f}× the baseline in "
+        f"{t['reference_n_threads']} threads): {t['reference_speedup']:.2f}× the baseline in "
         f"total, median clip {t['reference_median_clip_speedup']:.2f}×, min clip "
         f"{t['reference_min_clip_speedup']:.2f}×",
-        f"ours vs reference (its time / ours): total {t['ours_vs_reference']:.2f}×, median clip "
-        f"{t['median_clip_ours_vs_reference']:.2f}×, min clip "
-        f"{t['min_clip_ours_vs_reference']:.2f}×",
-        f"reference vs baseline text: same token ids {t['reference_identical_clips']}/{n_clips}, "
-        f"same text {t['reference_same_text_clips']}/{n_clips}, same after normalizing "
-        f"{t['reference_same_normalized_clips']}/{n_clips}; WER {_pct(t['wer_reference'])} "
+        f"speculative over reference (its time / the speculative column's): total "
+        f"{t['speculative_speedup_over_reference']:.2f}×, median clip "
+        f"{t['median_clip_speculative_speedup_over_reference']:.2f}×, min clip "
+        f"{t['min_clip_speculative_speedup_over_reference']:.2f}×",
+        f"reference vs baseline text: same token ids {t['reference_n_identical_clips']}/{n_clips}, "
+        f"same text {t['reference_n_same_text_clips']}/{n_clips}, same after normalizing "
+        f"{t['reference_n_same_normalized_clips']}/{n_clips}; WER {_pct(t['wer_reference'])} "
         "(a different engine: its transcript may differ)",
     ]
 
@@ -617,19 +625,24 @@ def _pct(x: float | None) -> str:
 
 
 def save_chart(results: list[ClipResult], total: Totals, path: Path, title: str) -> None:
-    """Per-clip speed-ups as bars (ours, the peer and the reference when run), with a line at
-    1.0."""
+    """Per-clip speed-ups as bars (the speculative column, the peer and the reference when
+    run), with a line at 1.0."""
     from matplotlib.figure import Figure
 
     n = len(results)
     x = np.arange(n)
-    engine = results[0].ours.engine
-    bars = [([r.ours.speedup for r in results], f"{engine} (total {total.ours.speedup:.2f}×)")]
+    engine = results[0].speculative.engine
+    bars = [
+        (
+            [r.speculative.speedup for r in results],
+            f"{engine} (total {total.speculative.speedup:.2f}×)",
+        )
+    ]
     if total.peer is not None:
         peer = [r.peer.speedup if r.peer else 0.0 for r in results]
         bars.append((peer, f"{PEER_ENGINE} (total {total.peer.speedup:.2f}×)"))
     if total.reference is not None:
-        ref = [r.ours.reference.speedup for r in results]
+        ref = [r.speculative.reference.speedup for r in results]
         name, ref_total = total.reference["reference"], total.reference["reference_speedup"]
         bars.append((ref, f"{name}, reference (total {ref_total:.2f}×)"))
     width = 0.8 / len(bars)
@@ -824,17 +837,18 @@ def run_all(
             )
             results.append(result)
             # one line per clip, so a long run that is stopped early still shows its clips
-            ours = result.ours
-            same = "identical" if ours.identical else f"differs at {ours.first_divergence}"
+            spec = result.speculative
+            same = "identical" if spec.identical else f"differs at {spec.first_divergence}"
             progress.console.print(
                 f"clip {len(results)}/{len(clips)} {clip.name}: {same}, "
-                f"acceptance {ours.speculative.acceptance_rate:.0%}, {ours.speedup:.2f}×"
+                f"acceptance {spec.speculative.acceptance_rate:.0%}, {spec.speedup:.2f}×"
             )
     return results
 
 
 def peer_gamma(args: argparse.Namespace) -> tuple[int, str] | None:
-    """The peer's (gamma, schedule): its own flags, else ours; None without --peer."""
+    """The peer's (gamma, schedule): its own flags, else the speculative column's; None
+    without --peer."""
     if not args.peer:
         return None
     return (
@@ -962,24 +976,73 @@ def main(argv: list[str] | None = None) -> int:
     print_table(console, results, total)
 
     # 3. results.json and the chart in --out, then the JSON last line
+    body = {"argv": sys.argv, "totals": total.to_dict(), "clips": [r.to_dict() for r in results]}
+    return write_results(
+        console,
+        args,
+        arguments,
+        {"settings": settings, "hardware": hw, "versions": libs},
+        body,
+        total.to_dict(),
+        lambda path, title: save_chart(results, total, path, title),
+        "speedups.png",
+    )
+
+
+# Bench JSON keys renamed in 0.2: each new key's old names are written beside it for one release
+# (BENCHMARKS.md#bench-json). The compare API's keys never changed.
+OLD_NAMES = {
+    "n_identical_clips": ("identical_clips",),
+    "peer_n_identical_clips": ("peer_identical_clips",),
+    "speculative_speedup_over_peer": ("ours_vs_peer",),
+    "median_clip_speculative_speedup_over_peer": ("median_clip_ours_vs_peer",),
+    "speculative_speedup_over_reference": ("ours_vs_reference",),
+    "median_clip_speculative_speedup_over_reference": ("median_clip_ours_vs_reference",),
+    "min_clip_speculative_speedup_over_reference": ("min_clip_ours_vs_reference",),
+    "reference_n_threads": ("reference_threads",),
+    "reference_n_identical_clips": ("reference_identical_clips",),
+    "reference_n_same_text_clips": ("reference_same_text_clips",),
+    "reference_n_same_normalized_clips": ("reference_same_normalized_clips",),
+    "normalized_reference_text": ("normalized_reference",),
+    "n_identical_rows": ("n_identical", "identical_clips"),
+    "n_rows": ("n_clips",),
+    "n_main_forwards": ("n_main_passes",),
+}
+
+
+def with_old_names(d: dict[str, Any]) -> dict[str, Any]:
+    """`d` with each renamed key's old names beside it (top level only)."""
+    old = {o: d[new] for new, olds in OLD_NAMES.items() if new in d for o in olds if o not in d}
+    return d | old
+
+
+def write_results(
+    console: Any,
+    args: argparse.Namespace,
+    arguments: list[str],
+    setup: dict[str, Any],
+    body: dict[str, Any],
+    head: dict[str, Any],
+    draw: Callable[[Path, str], None],
+    chart_name: str,
+) -> int:
+    """The one writer of both modes: `results.json` (the command, when, `setup` - settings,
+    hardware, versions - and `body`) and the chart in --out, then the last stdout line: `head`,
+    the hardware, versions and settings, and where the files are."""
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
-    results_path, chart_path = out / "results.json", out / "speedups.png"
+    results_path, chart_path = out / "results.json", out / chart_name
     document = {
         "command": shlex.join(["python", "-m", "specwhisper.bench", *arguments]),
-        "argv": sys.argv,
         "timestamp": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "settings": settings,
-        "hardware": hw,
-        "versions": libs,
-        "totals": total.to_dict(),
-        "clips": [r.to_dict() for r in results],
+        **setup,
+        **body,
     }
     results_path.write_text(json.dumps(document, indent=2, ensure_ascii=False) + "\n")
-    title = f"{settings['main']} + {settings['assistant']} on {hw['device']}"
-    save_chart(results, total, chart_path, title)
+    settings, hw = setup["settings"], setup["hardware"]
+    draw(chart_path, f"{settings['main']} + {settings['assistant']} on {hw['device']}")
     console.print(f"wrote {results_path} and {chart_path}", highlight=False)
-    summary = {**total.to_dict(), "hardware": hw, "versions": libs, **settings}
+    summary = {**with_old_names(head), "hardware": hw, "versions": setup["versions"], **settings}
     summary |= {"results": str(results_path), "chart": str(chart_path)}
     sys.stdout.flush()
     print(json.dumps(summary, ensure_ascii=False), flush=True)

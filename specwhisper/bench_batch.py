@@ -13,14 +13,11 @@ are specwhisper.batch's: this module parses the flags and presents.
 from __future__ import annotations
 
 import argparse
-import json
-import shlex
 import sys
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from specwhisper import batch, batched, models
+from specwhisper import batch, batched, bench, models
 
 
 def batch_sizes(args: argparse.Namespace) -> list[int]:
@@ -86,36 +83,22 @@ def run(
     ):
         results.append(result)
         print_result(console, rows, result)
-    sweep = [r.to_dict(rows.names) for r in results]
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    results_path, chart_path = out / "results.json", out / "batch-speedups.png"
-    document = {
-        "command": shlex.join(["python", "-m", "specwhisper.bench", *arguments]),
-        "timestamp": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "settings": settings,
-        "hardware": hw,
-        "versions": libs,
-        "n_rows": len(rows.names),
-        "sweep": sweep,
-    }
-    results_path.write_text(json.dumps(document, indent=2, ensure_ascii=False) + "\n")
-    title = f"{settings['main']} + {settings['assistant']} on {hw['device']}"
-    save_sweep_chart(results, chart_path, f"{title}, {len(rows.names)} rows")
-    console.print(f"wrote {results_path} and {chart_path}", highlight=False)
-    last = {k: v for k, v in sweep[-1].items() if k != "rows"}
-    summary = {
-        **last,
-        "sweep": [{k: v for k, v in s.items() if k != "rows"} for s in sweep],
-        "hardware": hw,
-        "versions": libs,
-        **settings,
-        "results": str(results_path),
-        "chart": str(chart_path),
-    }
-    sys.stdout.flush()
-    print(json.dumps(summary, ensure_ascii=False), flush=True)
-    return 0
+    sweep = [bench.with_old_names(r.to_dict(rows.names)) for r in results]
+    without_rows = [{k: v for k, v in s.items() if k != "rows"} for s in sweep]
+
+    def draw(path: Path, title: str) -> None:
+        save_sweep_chart(results, path, f"{title}, {len(rows.names)} rows")
+
+    return bench.write_results(
+        console,
+        args,
+        arguments,
+        {"settings": settings, "hardware": hw, "versions": libs},
+        {"n_rows": len(rows.names), "sweep": sweep},
+        {**without_rows[-1], "sweep": without_rows},
+        draw,
+        "batch-speedups.png",
+    )
 
 
 def print_result(console: Any, rows: batch.Rows, result: batch.BatchComparison) -> None:
@@ -124,7 +107,7 @@ def print_result(console: Any, rows: batch.Rows, result: batch.BatchComparison) 
     console.print(
         f"batch size {result.batch_size:>2}: baseline {result.baseline_s:8.2f} s, speculative "
         f"{result.speculative_s:8.2f} s, speed-up {result.speedup:.2f}×, acceptance "
-        f"{result.acceptance_rate:.1%}, identical rows {result.n_identical}/"
+        f"{result.acceptance_rate:.1%}, identical rows {result.n_identical_rows}/"
         f"{len(result.rows)}, batched baseline = batch of one: "
         f"{result.batch_of_one_tally or '-'}",
         highlight=False,

@@ -435,7 +435,7 @@ def compare(
         finally:
             hook.remove()
 
-    ours, _ = compare_loaded(
+    speculative, _ = compare_loaded(
         samples,
         ok.request,
         main,
@@ -445,7 +445,7 @@ def compare(
         cache=cache,
         around=run if progress else None,
     )
-    return ours
+    return speculative
 
 
 def compare_loaded(
@@ -511,12 +511,12 @@ def compare_loaded(
         )
         return comparison_of(side_req, setup, timings["baseline"], timings[side])
 
-    ours = comparison("speculative", req)
+    speculative = comparison("speculative", req)
     if column is not None:
         spelling = getattr(main.processor.tokenizer, "english_spelling_normalizer", None)
-        context = column.result(timings.get("reference"), ours.baseline, spelling)
-        ours = dataclasses.replace(ours, reference=context)
-    return ours, comparison("peer", peer) if peer else None
+        context = column.result(timings.get("reference"), speculative.baseline, spelling)
+        speculative = dataclasses.replace(speculative, reference=context)
+    return speculative, comparison("peer", peer) if peer else None
 
 
 def comparison_of(req: CompareRequest, setup: Setup, base: Timings, spec: Timings) -> Comparison:

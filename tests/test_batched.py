@@ -268,10 +268,10 @@ def test_sweep_reuses_batch_size_one_and_stitches_recordings(pair, monkeypatch):
     assert [n for size, n in calls if size == 2] == [2, 2, 1]  # no batch of one re-run
     assert results[0].batch_of_one_tally is None
     assert results[1].batch_of_one_tally == "5/5"
-    assert all(r.n_identical == 5 for r in results)
+    assert all(r.n_identical_rows == 5 for r in results)
     entry = results[1].to_dict(rows.names)
-    assert entry["n_main_passes"] == entry["n_main_forwards"]  # old and single-clip names
-    assert (entry["n_rows"], entry["n_identical"]) == (entry["n_clips"], entry["identical_clips"])
+    assert (entry["n_rows"], entry["n_identical_rows"]) == (5, 5)
+    assert entry["n_main_forwards"]["speculative"] < entry["n_main_forwards"]["baseline"]
     assert entry["batched_baseline_equals_batch_of_one"] == "5/5"
     assert [row["clip"] for row in entry["rows"]] == list(rows.names)
     shown = batch.sweep_json(main, rows, results)

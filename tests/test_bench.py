@@ -20,7 +20,7 @@ from specwhisper import bench, examples, schedule
 ROOT = Path(__file__).resolve().parents[1]
 REQUIRED_KEYS = {
     "n_clips",
-    "identical_clips",
+    "n_identical_clips",
     "speedup",
     "median_clip_speedup",
     "min_clip_speedup",
@@ -34,7 +34,8 @@ REQUIRED_KEYS = {
     "versions",
 }
 # The last line of a run with --peer, a public contract (scripts and posts parse it): these keys
-# stay, and new ones are added, never renamed.
+# stay, and new ones are added; a renamed key keeps its old name beside it for one release
+# (bench.OLD_NAMES), so the old names are here too.
 LAST_LINE_KEYS_WITH_PEER = set(
     """acceptance_rate alpha assistant audio_s baseline_s chart cost_ratio decoding
     draft_confidence draft_cross_attention dtype encoder_dtype engine gamma gamma_schedule
@@ -45,7 +46,8 @@ LAST_LINE_KEYS_WITH_PEER = set(
     peer_predicted_end_to_end peer_predicted_speedup peer_s peer_speedup
     peer_tokens_per_main_forward predicted_end_to_end predicted_speedup repeats results seed
     speculative_s speedup temperature timestamps timing tokens_per_main_forward versions
-    wer_baseline wer_peer wer_speculative""".split()
+    wer_baseline wer_peer wer_speculative n_identical_clips peer_n_identical_clips
+    speculative_speedup_over_peer median_clip_speculative_speedup_over_peer""".split()
 )
 # Each clip's row in results.json, per side.
 ROW_BASELINE_KEYS = {"text", "time_s", "times_s", "n_tokens", "n_main_forwards", "wer"}
@@ -67,7 +69,7 @@ def write_manifest(folder: Path, files: list[str], columns=("file", "language", 
     for name in files:
         ex = by_name[name]
         shutil.copy(ex.path, folder / name)
-        row = {"file": name, "language": ex.language, "reference": ex.reference}
+        row = {"file": name, "language": ex.language, "reference": ex.reference_text}
         lines.append("\t".join(row[c] for c in columns))
     path = folder / "manifest.tsv"
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
@@ -106,11 +108,13 @@ def test_cli_on_tiny_models(tiny_models, tmp_path, assistant, n_clips, peer_gamm
     result = run_cli(tiny_models, *args, "--limit", str(n_clips))
     assert result.returncode == 0, result.stderr[-3000:]
     summary = last_json(result.stdout)
-    assert REQUIRED_KEYS | {"peer_speedup", "ours_vs_peer"} <= summary.keys()
+    assert REQUIRED_KEYS | {"peer_speedup", "speculative_speedup_over_peer"} <= summary.keys()
     assert LAST_LINE_KEYS_WITH_PEER <= summary.keys()
     assert summary["n_clips"] == n_clips
-    assert summary["identical_clips"] == n_clips  # the speculative guarantee
-    assert summary["peer_identical_clips"] == n_clips
+    assert summary["n_identical_clips"] == n_clips  # the speculative guarantee
+    assert summary["peer_n_identical_clips"] == n_clips
+    for new, olds in bench.OLD_NAMES.items():  # old names beside the new, for one release
+        assert all(summary[old] == summary[new] for old in olds if new in summary)
     assert summary["wer_baseline"] == summary["wer_speculative"]
     assert summary["speedup"] > 0 and summary["peer_speedup"] > 0
     assert "identical transcripts (token ids)" in result.stdout  # the table came first
@@ -259,7 +263,7 @@ def test_cli_with_real_weights_is_identical(real_models, tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     summary = last_json(result.stdout)
     assert REQUIRED_KEYS <= summary.keys() and "peer_speedup" not in summary
-    assert summary["n_clips"] == summary["identical_clips"] == 2
+    assert summary["n_clips"] == summary["n_identical_clips"] == 2
     assert summary["wer_baseline"] == summary["wer_speculative"]
     assert summary["wer_baseline"] < 0.3  # a real transcript, not noise
     assert 0 < summary["acceptance_rate"] <= 1
@@ -278,7 +282,7 @@ def test_join_clips_builds_long_clips_per_language():
     clips += [clip("long", "en", 50), clip("en9", "en", 6), clip("fr0", "fr", 4)]
     joined = join_clips(clips, min_s=20)
     assert [c.name for c in joined] == ["en0+3", "en4+4", "long", "en9", "fr0"]
-    assert joined[0].reference == "en0 en1 en2 en3"
+    assert joined[0].reference_text == "en0 en1 en2 en3"
     assert len(joined[0].samples) == 16_000 * 20 + 3 * int(16_000 * 0.3)
     # en8 (5 s) is under min_s / 2, so it joins the second clip: it still fits in 30 s.
     assert len(joined[1].samples) == 16_000 * 25 + 4 * int(16_000 * 0.3)
@@ -296,7 +300,7 @@ def test_select_clips_takes_absolute_paths_and_paths_outside_the_manifest_folder
     manifest = tmp_path / "lists" / "manifest.tsv"
     manifest.parent.mkdir()
     lines = ["file\tlanguage\treference"]
-    lines += [f"{f}\t{lang}\t{by_name[Path(f).name].reference}" for f, lang in rows]
+    lines += [f"{f}\t{lang}\t{by_name[Path(f).name].reference_text}" for f, lang in rows]
     manifest.write_text("\n".join(lines) + "\n", encoding="utf-8")
 
     selected = bench.select_clips(manifest)
@@ -339,7 +343,8 @@ def test_batch_sweep_on_tiny_models(tiny_models, tmp_path):
     summary = last_json(result.stdout)
     assert summary["batch_size"] == 4 and summary["speedup"] > 0
     assert [s["batch_size"] for s in summary["sweep"]] == [1, 2, 4]
-    assert all(s["n_identical"] == s["n_rows"] == 3 for s in summary["sweep"])
+    assert all(s["n_identical_rows"] == s["n_rows"] == 3 for s in summary["sweep"])
+    assert all(s["n_identical"] == s["identical_clips"] == 3 for s in summary["sweep"])
     assert summary["sweep"][0]["batched_baseline_equals_batch_of_one"] is None
     assert summary["sweep"][2]["batched_baseline_equals_batch_of_one"] == "3/3"
     document = json.loads((out / "results.json").read_text())

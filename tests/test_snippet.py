@@ -88,11 +88,11 @@ def test_the_plain_snippet_runs_without_specwhisper(
 def test_our_snippet_runs_the_run_in_our_loop(tiny_app, tmp_path, monkeypatch, capsys):
     settings = SETTINGS | dict(assistant="tiny-random-b", gamma=2, gamma_schedule="constant")
     result = run_compare(str(JFK), **settings)
-    ours = snippets(result, CompareRequest(**settings)).ours
-    assert "pip install" in ours and "γ schedule: constant, 2 draft tokens every step" in ours
+    loop = snippets(result, CompareRequest(**settings)).loop
+    assert "pip install" in loop and "γ schedule: constant, 2 draft tokens every step" in loop
     for named in ('main="tiny-random-a"', 'language="es"', "gamma=2", 'gamma_schedule="constant"'):
-        assert named in ours
-    assert run_snippet(ours, tmp_path, monkeypatch, capsys) == result["speculative"]["text"]
+        assert named in loop
+    assert run_snippet(loop, tmp_path, monkeypatch, capsys) == result["speculative"]["text"]
 
 
 def test_each_snippet_names_the_sampling_and_schedule_that_ran():
@@ -118,12 +118,12 @@ def test_each_snippet_names_the_sampling_and_schedule_that_ran():
     assert "do_sample=True" in both.plain and "temperature=0.7" in both.plain
     assert "torch.manual_seed(3)" in both.plain
     assert "assistant_confidence_threshold = 0.4" in both.plain  # transformers' adaptive rule
-    assert "temperature=0.7" in both.ours and "seed=3" in both.ours
-    assert "γ schedule: adaptive" in both.ours
-    assert "stops after a token" not in both.ours  # sampled drafts never stop early
+    assert "temperature=0.7" in both.loop and "seed=3" in both.loop
+    assert "γ schedule: adaptive" in both.loop
+    assert "stops after a token" not in both.loop  # sampled drafts never stop early
     greedy = snippets(result | {"temperature": 0.0, "decoding": "greedy"}, req)
-    assert "stops after a token it gives under 0.5" in greedy.ours
-    combined = reproduce_snippet(result, req)  # the page's one text: ours follows as comments
+    assert "stops after a token it gives under 0.5" in greedy.loop
+    combined = reproduce_snippet(result, req)  # the page's one text: the loop's follows as comments
     assert combined.startswith(both.plain)
     assert "# from specwhisper.decoding import decode_speculative" in combined
     compile(combined, "run_it_yourself.py", "exec")

@@ -25,8 +25,10 @@ def render_batch(result: Mapping[str, Any]) -> str:
     )
     lines = []
     for e in result["sweep"]:
-        same = e["n_identical"] == e["n_rows"]
-        rows_badge = badge(f"{e['n_identical']}/{e['n_rows']}", "#16a34a" if same else "#dc2626")
+        same = e["n_identical_rows"] == e["n_rows"]
+        rows_badge = badge(
+            f"{e['n_identical_rows']}/{e['n_rows']}", "#16a34a" if same else "#dc2626"
+        )
         lines.append(
             f"<tr><td>{e['batch_size']}</td><td>{e['baseline_s']:.2f} s</td>"
             f"<td>{e['speculative_s']:.2f} s</td><td><b>{e['speedup']:.2f}×</b></td>"

@@ -88,7 +88,7 @@ def examples() -> list[Example]:
 def example_label(example: Example) -> str:
     """An example's button: language, duration and the first words said."""
     duration = f"{example.duration_s:.0f} s" if example.duration_s else ""
-    words = example.reference.split()
+    words = example.reference_text.split()
     preview = " ".join(words[:6]) + (" …" if len(words) > 6 else "")
     return " · ".join(x for x in (example.language, duration, f"“{preview}”") if x)
 
@@ -97,7 +97,7 @@ def reference_for(audio: str | None) -> str:
     """The reference text of an example clip, matched by file name; empty for other audio."""
     if not audio:
         return ""
-    return {e.path.name: e.reference for e in examples()}.get(Path(audio).name, "")
+    return {e.path.name: e.reference_text for e in examples()}.get(Path(audio).name, "")
 
 
 @dataclass(frozen=True)

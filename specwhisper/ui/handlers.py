@@ -137,7 +137,7 @@ class Shown(NamedTuple):
     markdown: str
     json_file: str | None
     reference_box: Any  # gr.Column(visible=...): the reference column, shown when one ran
-    reference_engine: str  # the reference column's HTML
+    reference: str  # the reference column's HTML
 
 
 def on_compare(
