@@ -1,7 +1,7 @@
 """specwhisper: Whisper baseline vs speculative decoding, token for token.
 
 The engine package behind the Space. It imports without gradio; the page (specwhisper.ui, with
-app.py on top) and the benchmark (bench.py) sit on it.
+app.py on top) and the benchmark (specwhisper.bench) sit on it.
 
 Names, used the same way everywhere:
 - *main* and *assistant*: the two checkpoints a person picks; the main's tokens are the answer,

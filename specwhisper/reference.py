@@ -32,8 +32,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from specwhisper import metrics, models, offline
+from specwhisper import checkpoints, hub, loading, metrics, offline
 from specwhisper.decoding import DecodeResult
+from specwhisper.scoring import text_normalizer
 from specwhisper.timing import Timings, device_name
 
 ENGINE = "faster-whisper"
@@ -124,7 +125,7 @@ class Ct2Source:
         return str(self.folder or self.parts)
 
 
-def ct2_source(ckpt: models.Checkpoint) -> Ct2Source:
+def ct2_source(ckpt: checkpoints.Checkpoint) -> Ct2Source:
     """Where the CTranslate2 copy of a main is; ReferenceError (NO_CT2) when there is none."""
     found = _hub_source(ckpt) if ckpt.path is None else _local_source(ckpt, ckpt.path)
     if found is None:
@@ -132,7 +133,7 @@ def ct2_source(ckpt: models.Checkpoint) -> Ct2Source:
     return found
 
 
-def _local_source(ckpt: models.Checkpoint, folder: Path) -> Ct2Source | None:
+def _local_source(ckpt: checkpoints.Checkpoint, folder: Path) -> Ct2Source | None:
     """The checkpoint's own ctranslate2/ folder, else the model the offline converter read."""
     own = folder / CT2_SUBFOLDER
     if (own / "model.bin").is_file():
@@ -166,7 +167,7 @@ def _offline_parts(name: str) -> list[Path]:
     return []
 
 
-def _hub_source(ckpt: models.Checkpoint) -> Ct2Source | None:
+def _hub_source(ckpt: checkpoints.Checkpoint) -> Ct2Source | None:
     """faster-whisper's own CTranslate2 repository for an openai/whisper-* main, fetched into
     (or, with the Hub off, found in) the Hugging Face cache; None if it has none or it is not
     there."""
@@ -178,7 +179,7 @@ def _hub_source(ckpt: models.Checkpoint) -> Ct2Source | None:
         return None
     try:
         folder = download_model(
-            size, local_files_only=models.hub_offline(), cache_dir=str(models.hub_cache_dir())
+            size, local_files_only=hub.hub_offline(), cache_dir=str(hub.hub_cache_dir())
         )
     except Exception:  # with the Hub off, not in the cache; or the Hub unreachable
         return None
@@ -229,7 +230,7 @@ _CACHE_LOCK = threading.Lock()
 _CACHE_SIZE = 2  # a reference model per compute type at most; they are small next to the main
 
 
-def load_reference(spec: ReferenceSpec, main: models.Loaded) -> LoadedReference:
+def load_reference(spec: ReferenceSpec, main: loading.Loaded) -> LoadedReference:
     """faster-whisper on the main's CTranslate2 copy, on the main's device, with torch's thread
     count; cached. ReferenceError when there is no copy."""
     source = ct2_source(main.checkpoint)
@@ -304,33 +305,6 @@ def transcribe(
 
 # ---------------------------------------------------------------------------------------------
 # Against the baseline
-
-
-def text_normalizer(
-    language: str | None, spelling: dict[str, str] | None = None
-) -> Callable[[str], str]:
-    """Whisper's normalizer as the bench and the page score WER: the English one (with the
-    tokenizer's British->American spellings, when given) for en, the basic one otherwise,
-    without diacritics for es (the Spanish reference texts lack most accents)."""
-    from transformers.models.whisper.english_normalizer import (
-        BasicTextNormalizer,
-        EnglishTextNormalizer,
-    )
-
-    if language == "en":
-        english = EnglishTextNormalizer(spelling or {})
-        return lambda text: english(text).strip()
-    basic = BasicTextNormalizer(remove_diacritics=language == "es")
-    return lambda text: basic(text).strip()
-
-
-def word_error_rate(reference: str, hypothesis: str, language: str | None) -> float | None:
-    """WER of one transcript against a reference text, both normalized; None without one."""
-    import jiwer
-
-    normalize = text_normalizer(language)
-    truth = normalize(reference)
-    return float(jiwer.wer(truth, normalize(hypothesis))) if truth else None
 
 
 @dataclass(frozen=True)
@@ -471,7 +445,7 @@ class ReferenceColumn:
 
 def prepare(
     value: str | None,
-    main: models.Loaded,
+    main: loading.Loaded,
     samples: np.ndarray,
     language: str | None,
     task: str | None,

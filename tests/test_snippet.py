@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from specwhisper import compare, decoding, models
+from specwhisper import checkpoints, compare, decoding
 from specwhisper.compare import CompareRequest
 from specwhisper.ui.handlers import run_compare
 from specwhisper.ui.snippet import reproduce_snippet, snippets
@@ -52,7 +52,7 @@ def generate_keywords(code: str) -> dict[str, object]:
 
 def run_snippet(code: str, folder: Path, monkeypatch, capsys) -> str:
     """Run a snippet from a folder laid out like the app's, on the JFK clip; its output."""
-    (folder / "models").symlink_to(models.models_dir(), target_is_directory=True)
+    (folder / "models").symlink_to(checkpoints.models_dir(), target_is_directory=True)
     monkeypatch.chdir(folder)
     exec(compile(code.replace("your-audio.wav", str(JFK)), "snippet", "exec"), {})
     return capsys.readouterr().out.strip()
@@ -75,7 +75,7 @@ def test_the_plain_snippet_runs_without_specwhisper(
     plain = snippets(result, req).plain
     assert "specwhisper" not in imported_modules(plain)
     # its generate call is the run's own: decoding.generate_options, then the assistant
-    main = models.resolve(result["main"])
+    main = checkpoints.resolve(result["main"])
     opts = compare.decode_options(req, main, "es")
     expected = decoding.generate_options(opts, multilingual=True, long_form=False)
     assert generate_keywords(plain) == expected

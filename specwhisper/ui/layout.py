@@ -10,8 +10,7 @@ import gradio as gr
 
 from specwhisper.ui import texts
 from specwhisper.ui.api import accept_short_calls, api_components
-from specwhisper.ui.batch import on_batch
-from specwhisper.ui.batch_view import BATCH_COLUMNS
+from specwhisper.ui.batch_mode import BATCH_COLUMNS, on_batch
 from specwhisper.ui.choices import examples, form_start, on_main_change, reference_for
 from specwhisper.ui.form import Form, form_section
 from specwhisper.ui.handlers import on_compare, on_estimate, on_start, run_compare

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from specwhisper import decoding, models
+from specwhisper import checkpoints, decoding
 from specwhisper.compare import CompareRequest
 from specwhisper.schedule import draft_confidence, draft_stops_early
 from specwhisper.ui.plain_snippet import literal, plain_snippet
@@ -91,10 +91,10 @@ def loop_snippet(result: Mapping[str, Any], req: CompareRequest) -> str:
 def _loop_request(result: Mapping[str, Any], req: CompareRequest) -> CompareRequest:
     """The request that redoes the run in our loop, read from what ran (the result), and from
     the request where the result does not say."""
-    main = models.resolve(result["main"], role="main")
+    main = checkpoints.resolve(result["main"], role="main")
     assistant = result["assistant"]
-    if assistant != models.SELF_INT8:
-        assistant = models.resolve(assistant, role="assistant").id
+    if assistant != checkpoints.SELF_INT8:
+        assistant = checkpoints.resolve(assistant, role="assistant").id
     encoder = encoder_of(result)
     decoded = result.get("decoding")
     return CompareRequest(

@@ -8,8 +8,8 @@ check of the sizes; `sweep` runs the sizes in ascending order, so that batch siz
 serve as every row's batch of one; `stitch` puts a recording's rows back together as the
 pipeline does, on both sides.
 
-It does not read audio files (see audio), load checkpoints (see models) or decode (see
-batched).
+It does not read audio files (see audio), load checkpoints (see loading) or decode (see
+batch_loop).
 """
 
 from __future__ import annotations
@@ -23,10 +23,10 @@ import numpy as np
 import torch
 
 from specwhisper.audio import SAMPLE_RATE, chunks
-from specwhisper.batched import decode_batch_baseline, decode_batch_speculative, prepare_batch
+from specwhisper.batch_loop import decode_batch_baseline, decode_batch_speculative, prepare_batch
 from specwhisper.compare import CompareError
 from specwhisper.decoding import WINDOW_S, first_divergence
-from specwhisper.models import Loaded
+from specwhisper.loading import Loaded
 from specwhisper.timing import alternate
 
 MIN_BATCH_SIZE, MAX_BATCH_SIZE = 1, 64
