@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from specwhisper import batch, batch_loop, batch_mode, checkpoints, drafters, int8_forward, loading
+from specwhisper import batch_loop, batch_mode, checkpoints, drafters, int8_forward, loading
 from specwhisper.audio import chunks
 from specwhisper.compare import CompareError
 from specwhisper.loop import step_tokens
@@ -254,7 +254,7 @@ def test_sweep_reuses_batch_size_one_and_stitches_recordings(pair, monkeypatch):
     rows = batch_mode.cut_rows(recordings)
     calls: list[tuple[int, int]] = []  # (batch size being compared, rows in the call)
     size_now = [0]
-    decode_baseline = batch.decode_batch_baseline
+    decode_baseline = batch_mode.decode_batch_baseline
 
     def counted(main, features, max_new_tokens=None):
         calls.append((size_now[0], features.input_features.shape[0]))
@@ -263,7 +263,7 @@ def test_sweep_reuses_batch_size_one_and_stitches_recordings(pair, monkeypatch):
     def on_batch(size: int, i: int, n: int) -> None:
         size_now[0] = size
 
-    monkeypatch.setattr(batch, "decode_batch_baseline", counted)
+    monkeypatch.setattr(batch_mode, "decode_batch_baseline", counted)
     options = dict(repeats=1, warmup=0, max_new_tokens=20, on_batch=on_batch)
     results = list(batch_mode.sweep(main, drafts[checkpoints.SELF_INT8], rows, [2, 1], **options))
     assert [r.batch_size for r in results] == [1, 2]
