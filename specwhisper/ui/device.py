@@ -90,8 +90,8 @@ def on_device_batch(
     """The GPU part of batch mode: the pair loaded (as in on_device), the sweep run."""
     with person_errors():
         here = compare.check_request(req.request)
-        main, assistant, _ = compare.load_pair(here, progress=reporter(progress))
         report = reporter(progress)
+        main, assistant, _ = compare.load_pair(here, progress=report)
 
         def on_batch(size: int, i: int, n: int) -> None:
             done = (sizes.index(size) + i / n) / len(sizes)
