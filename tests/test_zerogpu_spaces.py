@@ -1,8 +1,8 @@
 """The page on ZeroGPU, in a server process patched by the installed `spaces` package itself.
 
 tests/zerogpu_server.py runs the app's server process with SPACES_ZERO_GPU set (see its
-docstring for the three things this CPU build of torch is given so that spaces 0.51 imports,
-and for which parts of spaces cannot run without a GPU). This file checks, from its report:
+docstring for what this CPU build of torch is given so that spaces 0.51 imports, and for which
+parts of spaces cannot run without a GPU). This file checks, from its report:
 spaces' facts the page is built on; that the server process loads only the preloaded pair, while
 another pair, another precision and batch mode load and run inside the forked device call; and
 that a failure inside that call reaches the API and the page as the project's sentence.

@@ -5,8 +5,8 @@ SPACES_ZERO_GPU set patches torch for the whole process):
 
     python tests/zerogpu_server.py MODELS_DIR AUDIO OUT_JSON
 
-spaces 0.51 patches only a CUDA build of torch, and this CPU build lacks three things it reads.
-Before `import spaces`, the CPU build is given what a CUDA build without a GPU has (which is what
+spaces 0.51 patches only a CUDA build of torch, and this CPU build lacks what it reads. Before
+`import spaces`, the CPU build is given what a CUDA build without a GPU has (which is what
 ZeroGPU's server process is: it has no GPU), and nothing of spaces is changed:
 - `torch.version.cuda` ("13.0", PyPI's torch 2.13 build): `zero/torch/static.py` reads it;
 - `torch._C._cuda_init`, raising as a CUDA build does without a driver: `patching.py` keeps the
