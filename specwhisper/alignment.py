@@ -4,9 +4,9 @@ alignment heads, warped onto the audio frames by dynamic time warping), as trans
 
 It runs after a comparison's timed runs, never inside one: one more, untimed, baseline decode
 of the same audio with the same options. The times belong to the baseline's tokens, which are
-the speculative run's tokens when decoding is greedy; when they differ (sampling), there are no
-times. Long-form audio (over 30 s) gets absolute times, each 30 s window's tokens offset by
-where that window starts.
+the speculative run's tokens when decoding is greedy; when they differ, or this decode does not
+reproduce them, there are no times, and a note names why. Long-form audio (over 30 s) gets
+absolute times, each 30 s window's tokens offset by where that window starts.
 
 It does not time anything, draw anything or change the comparison's other keys.
 """
@@ -32,7 +32,21 @@ TIME_PRECISION_S = 0.02  # one alignment step: two mel frames, one encoder frame
 NO_ALIGNMENT_HEADS = "{main} names no alignment heads, so its tokens cannot be placed in the audio."
 DIFFERENT_TOKENS = (
     "The tokens are not placed in the audio: the speculative run's tokens differ from the "
-    "baseline's (sampling), and Whisper's alignment is computed for the baseline's."
+    "baseline's ({why}), and Whisper's alignment is computed for the baseline's."
+)
+SAMPLED = "sampling"
+IN_FLOAT32 = "unexpected in float32: the verdict shows where they part"
+HALF_PRECISION = "in half precision a verify pass over several tokens can round a near tie apart"
+# transformers runs the alignment decode with eager attention, to read the attention weights
+# (generation_whisper.py sets `_attn_implementation = "eager"` for return_token_timestamps),
+# while the timed runs use the model's own kernel (SDPA): in greedy decoding that is the cause.
+OTHER_ALIGNMENT_TOKENS = (
+    "The tokens are not placed in the audio: the alignment decode chose other tokens than the "
+    "timed runs ({why}), and Whisper's alignment is computed for the tokens it decodes."
+)
+EAGER_ATTENTION = (
+    "to read the attention weights it runs eager attention instead of the runs' kernel, "
+    "which can round a near tie apart"
 )
 OUT_OF_MEMORY = "The tokens are not placed in the audio: aligning them ran out of GPU memory."
 FAILED = "The tokens are not placed in the audio: Whisper's alignment failed on this clip."
@@ -58,8 +72,10 @@ def align_tokens(
     kwargs = decoding.generate_kwargs(main, features, opts)
     # the real frames, so the warping ignores the padding of a short clip
     kwargs["attention_mask"] = _frames_mask(features)
-    if opts.temperature > 0 or opts.fallback:
+    sampled = opts.temperature > 0 or opts.fallback
+    if sampled:
         torch.manual_seed(opts.seed)  # the baseline's own seed: its draws again
+    attention = main.model.model.config._attn_implementation
     try:
         with torch.inference_mode():
             output = main.model.generate(
@@ -72,10 +88,14 @@ def align_tokens(
         # cause in the server log
         log.exception("token alignment failed")
         return TokenTimes(note=FAILED)
+    finally:
+        # generate leaves the cached model on eager attention: later runs keep their kernel
+        main.model.model.config._attn_implementation = attention
     tokens, times = _tokens_and_times(output)
     start = _find(tokens, list(token_ids))
     if start is None:
-        return TokenTimes(note=DIFFERENT_TOKENS)
+        why = SAMPLED if sampled else EAGER_ATTENTION
+        return TokenTimes(note=OTHER_ALIGNMENT_TOKENS.format(why=why))
     starts = np.clip(times[start : start + len(token_ids)], 0.0, features.duration_s)
     return TokenTimes(start_s=tuple(float(t) for t in starts))
 
@@ -133,7 +153,11 @@ def add_token_times(
     opts = compare.decode_options(checked.request, main.checkpoint, checked.language)
     spec = result["speculative"]
     if result["baseline"]["token_ids"] != spec["token_ids"]:
-        spec["token_times_note"] = DIFFERENT_TOKENS
+        if checked.request.decoding != "greedy":
+            why = SAMPLED
+        else:
+            why = HALF_PRECISION if checked.dtype != torch.float32 else IN_FLOAT32
+        spec["token_times_note"] = DIFFERENT_TOKENS.format(why=why)
         return result
     if progress:
         progress(1.0, "Placing each token in the audio (untimed)")

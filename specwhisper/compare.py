@@ -98,6 +98,18 @@ TRANSFORMERS_TIMESTAMPS = (
 )
 
 
+def transformers_timestamps_problem(
+    req: CompareRequest, assistant: checkpoints.Checkpoint | str, duration_s: float
+) -> str | None:
+    """TRANSFORMERS_TIMESTAMPS when this request would meet it, else None: known from the
+    request and the audio's length alone, so the page says it before asking for a GPU."""
+    if req.engine != "transformers" or not (req.timestamps or duration_s > decoding.WINDOW_S):
+        return None
+    if isinstance(assistant, str) or assistant.decoder_only:  # self-int8, distil-style
+        return None
+    return TRANSFORMERS_TIMESTAMPS.format(assistant=assistant.label)
+
+
 @dataclass(frozen=True)
 class CheckedRequest:
     """A request that passed `check_request`, with what it names resolved: the loaders, compare()

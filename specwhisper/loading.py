@@ -258,7 +258,7 @@ class ModelCache:
     ) -> Loaded:
         if ckpt.decoder_only or encoder_dtype == dtype:
             encoder_dtype = None  # one model, whatever the request said of an encoder it lacks
-        key = (ckpt.id, str(ckpt.path), str(device), str(dtype), str(encoder_dtype))
+        key = self._key(ckpt, device, dtype, encoder_dtype)
         with self._lock:
             if key in self._items:
                 self._items.move_to_end(key)
@@ -270,6 +270,28 @@ class ModelCache:
             loaded = self._load(what, hub, device, dtype, load)
             self._put(key, loaded)
             return loaded
+
+    def holds(
+        self,
+        ckpt: Checkpoint,
+        device: torch.device,
+        dtype: torch.dtype,
+        encoder_dtype: torch.dtype | None = None,
+    ) -> bool:
+        """Whether `get` with these arguments would load nothing."""
+        with self._lock:
+            return self._key(ckpt, device, dtype, encoder_dtype) in self._items
+
+    @staticmethod
+    def _key(
+        ckpt: Checkpoint,
+        device: torch.device,
+        dtype: torch.dtype,
+        encoder_dtype: torch.dtype | None,
+    ) -> tuple:
+        if ckpt.decoder_only or encoder_dtype == dtype:
+            encoder_dtype = None  # as `get` loads it
+        return (ckpt.id, str(ckpt.path), str(device), str(dtype), str(encoder_dtype))
 
     def derived(self, name: str, main: Loaded, build: Callable[[Loaded], Loaded]) -> Loaded:
         """A model built from a loaded main (the self-int8 draft: drafters.self_int8), cached

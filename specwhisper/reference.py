@@ -92,20 +92,31 @@ def parse_reference(value: str | None) -> ReferenceSpec | None:
     return ReferenceSpec(engine, compute_type)
 
 
+# ctranslate2 4.8.5's wheel opens CUDA 12's cuBLAS by name (libcublas.so.12) while PyPI's torch
+# 2.13 brings CUDA 13's, and no run on a GPU has measured it: a GPU offers no reference column.
+NOT_ON_GPU = (
+    f"{ENGINE} is not offered on a GPU here: its CTranslate2 build needs CUDA 12's cuBLAS "
+    "(libcublas.so.12), which this app's CUDA 13 torch does not bring, and it has not been "
+    "run on a GPU."
+)
+
+
 def reference_problem(value: str | None, on_gpu: bool) -> str | None:
     """Why a `reference` setting cannot run on this hardware, or None (also when it is off)."""
     try:
         spec = parse_reference(value)
     except ReferenceError as e:
         return str(e)
-    if spec is not None and spec.compute_type == "float16" and not on_gpu:
+    if spec is not None and on_gpu:
+        return NOT_ON_GPU
+    if spec is not None and spec.compute_type == "float16":
         return f"{ENGINE} runs float16 on a GPU only; on a CPU pick int8 or float32."
     return None
 
 
 def compute_types(on_gpu: bool) -> list[str]:
-    """The compute types the page offers on this hardware."""
-    return list(COMPUTE_TYPES) if on_gpu else [t for t in COMPUTE_TYPES if t != "float16"]
+    """The compute types the page offers on this hardware (none on a GPU: NOT_ON_GPU)."""
+    return [] if on_gpu else [t for t in COMPUTE_TYPES if t != "float16"]
 
 
 # ---------------------------------------------------------------------------------------------

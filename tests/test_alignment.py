@@ -131,13 +131,14 @@ def test_no_times_but_a_sentence_when_the_columns_differ_or_no_heads(
     import json
     import shutil
 
-    from specwhisper.alignment import DIFFERENT_TOKENS, add_token_times
+    from specwhisper.alignment import DIFFERENT_TOKENS, IN_FLOAT32, add_token_times
 
     use_models(app_models)
     samples, result, req = tiny_comparison()
-    result["baseline"]["token_ids"] = [*result["baseline"]["token_ids"], 7]  # sampled apart
+    result["baseline"]["token_ids"] = [*result["baseline"]["token_ids"], 7]  # decoded apart
     add_token_times(result, samples, req)
-    assert result["speculative"]["token_times_note"] == DIFFERENT_TOKENS
+    # greedy in float32: the note does not blame sampling
+    assert result["speculative"]["token_times_note"] == DIFFERENT_TOKENS.format(why=IN_FLOAT32)
     assert "token_times_s" not in result["speculative"]
 
     # a checkpoint whose generation config names no alignment heads
@@ -152,6 +153,27 @@ def test_no_times_but_a_sentence_when_the_columns_differ_or_no_heads(
     samples, result, req = tiny_comparison("tiny-no-heads")
     add_token_times(result, samples, req)
     assert "names no alignment heads" in result["speculative"]["token_times_note"]
+
+
+def test_a_greedy_alignment_decode_that_differs_names_its_attention_and_keeps_the_models(
+    app_models, use_models
+):
+    """transformers decodes for the alignment with eager attention and leaves the model on it;
+    the note for greedy runs says so, and the cached main goes back to its own kernel."""
+    from specwhisper import compare, decoding
+    from specwhisper.alignment import EAGER_ATTENTION, OTHER_ALIGNMENT_TOKENS, align_tokens
+
+    use_models(app_models)
+    samples, _, req = tiny_comparison()
+    main, _, _ = compare.load_pair(req)
+    kernel = main.model.model.config._attn_implementation
+    features = decoding.prepare_features(main, samples)
+    opts = compare.decode_options(req, main.checkpoint, None)
+    times = align_tokens(main, features, opts, [10**6])  # tokens this decode cannot give
+    assert times.note == OTHER_ALIGNMENT_TOKENS.format(why=EAGER_ATTENTION)
+    assert "sampling" not in times.note
+    assert main.model.model.config._attn_implementation == kernel != "eager"
+    assert main.model.model.decoder.config._attn_implementation == kernel
 
 
 @pytest.fixture

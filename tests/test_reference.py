@@ -5,6 +5,7 @@ bench's --reference flag and JSON keys."""
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import pytest
@@ -57,8 +58,12 @@ def test_reference_setting_is_parsed_and_checked():
     with pytest.raises(ReferenceError, match="Unknown compute type 'int4'"):
         parse_reference("faster-whisper:int4")
     assert "GPU only" in reference_problem("faster-whisper:float16", on_gpu=False)
-    assert reference_problem("faster-whisper:float16", on_gpu=True) is None
     assert reference.compute_types(on_gpu=False) == ["int8", "float32"]
+    # on a GPU no compute type is offered, and the API says why
+    assert reference.compute_types(on_gpu=True) == []
+    for value in ("faster-whisper:float16", "faster-whisper:int8"):
+        assert reference_problem(value, on_gpu=True) == reference.NOT_ON_GPU
+    assert reference_problem("", on_gpu=True) is None
     # the form's checkbox and compute type become the endpoint's one value
     assert request_settings({"reference_on": True, "reference_compute_type": "float32"}) == {
         "reference": "faster-whisper:float32"
@@ -67,6 +72,20 @@ def test_reference_setting_is_parsed_and_checked():
         "reference": ""
     }
     assert request_settings({"gamma": 5}) == {"gamma": 5}  # the API's settings pass unchanged
+
+
+def test_the_ctranslate2_build_needs_cuda_12s_cublas():
+    """Why a GPU offers no reference column: the installed CTranslate2 library opens cuBLAS by
+    its CUDA 12 name, while PyPI's torch 2.13 is a CUDA 13 build. A CTranslate2 that names
+    another cuBLAS fails this test, and the GPU choice is to be measured again."""
+    import importlib.util
+
+    package = Path(importlib.util.find_spec("ctranslate2").origin).parent
+    libraries = list((package.parent / "ctranslate2.libs").glob("libctranslate2*.so*"))
+    assert libraries, "the ctranslate2 wheel's library folder moved"
+    names = set(re.findall(rb"libcublas\.so\.\d+", libraries[0].read_bytes()))
+    assert names == {b"libcublas.so.12"}
+    assert "libcublas.so.12" in reference.NOT_ON_GPU
 
 
 def test_unknown_reference_is_a_sentence_before_anything_loads(tiny_models, use_models):

@@ -7,7 +7,8 @@ One concern per module:
   form       the form section: audio and examples, the pair, language, task, advanced settings
   api        the `compare` endpoint's fields as one table: hidden inputs and the request built
   handlers   what the endpoint and Compare run: request, audio, loading, device, rendering
-  zerogpu    the ZeroGPU-decorated calls that run models, and the GPU time they reserve
+  zerogpu    the ZeroGPU-decorated calls that load and run models
+  gpu_time   the ZeroGPU time a call asks for, from its work; the audio limit on ZeroGPU
   stopping   timed runs stop between model passes when their visitor cancels or leaves
   errors     errors worded for a person
   verdict    the headline (IDENTICAL or MISMATCH, speed-up, precision), a failed run's

@@ -15,9 +15,9 @@ import pandas as pd
 import torch
 
 from specwhisper import batch_mode, compare
-from specwhisper.audio import AudioError, AudioLimits, load_audio
+from specwhisper.audio import AudioError, load_audio
 from specwhisper.compare import CompareError
-from specwhisper.ui import zerogpu
+from specwhisper.ui import gpu_time, zerogpu
 from specwhisper.ui.api import compare_request
 from specwhisper.ui.errors import person_errors
 from specwhisper.ui.verdict import badge
@@ -64,7 +64,6 @@ def run_batch(
                 f"Batch mode takes up to {MAX_BATCH_ROWS} pieces of 30 s; these files make "
                 f"{len(rows.names)}. Use fewer or shorter files."
             )
-        compare.load_pair(checked, progress=report)
         result = zerogpu.on_device_batch(rows, list(sizes), checked, progress)
         return result | {"audio_notes": notes, "main": main, "assistant": assistant}
 
@@ -74,7 +73,7 @@ def _read_files(
 ) -> tuple[list[tuple[str, Any, str | None]], list[str]]:
     """Every file read as 16 kHz mono: (name, samples, language) each, and the audio notes.
     CompareError naming the file that cannot be read."""
-    limits = AudioLimits.from_env(on_gpu=torch.cuda.is_available())
+    limits = gpu_time.audio_limits(on_gpu=torch.cuda.is_available())
     recordings, notes = [], []
     for path in files:
         name = Path(path).name

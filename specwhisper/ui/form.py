@@ -13,7 +13,7 @@ import gradio as gr
 from specwhisper import decoding, loading, reference
 from specwhisper.examples import Example
 from specwhisper.schedule import SCHEDULES
-from specwhisper.ui import texts
+from specwhisper.ui import gpu_time, texts
 from specwhisper.ui.api import API_FIELDS
 from specwhisper.ui.choices import FormStart, example_label
 
@@ -106,6 +106,8 @@ def _audio_input(examples: list[Example]) -> gr.Audio:
         type="filepath",
         label="Audio (WAV, FLAC, MP3, OGG, M4A or WEBM; or record)",
     )
+    limit = gpu_time.audio_limit_note()
+    gr.Markdown(limit, visible=bool(limit))
     if examples:
         gr.Examples(
             examples=[[str(e.path)] for e in examples],
@@ -161,17 +163,22 @@ REFERENCE_INFO = (
 
 
 def _reference_settings() -> dict[str, gr.Component]:
-    """The reference engine: a checkbox and its compute type (float16 only on a GPU)."""
-    on_gpu = loading.default_device().type == "cuda"
+    """The reference engine: a checkbox and its compute type; on a GPU, why it is off."""
+    offered = reference.compute_types(on_gpu=loading.default_device().type == "cuda")
     with gr.Row():
         on = gr.Checkbox(
-            False, label="Also time faster-whisper (CTranslate2)", info=REFERENCE_INFO, scale=3
+            False,
+            label="Also time faster-whisper (CTranslate2)",
+            info=REFERENCE_INFO if offered else reference.NOT_ON_GPU,
+            interactive=bool(offered),
+            scale=3,
         )
         compute_type = gr.Dropdown(
-            reference.compute_types(on_gpu),
+            offered or [reference.DEFAULT_COMPUTE_TYPE],
             value=reference.DEFAULT_COMPUTE_TYPE,
             label="faster-whisper compute type",
             min_width=140,
             scale=1,
+            visible=bool(offered),
         )
     return {"reference_on": on, "reference_compute_type": compute_type}

@@ -1,6 +1,6 @@
 """What the `compare` endpoint and the Compare button run: check the request, read the audio,
-load the pair in this (the server's) process, run on the device, and hand the result to the
-renderers. The API answers with the result itself; the button draws it.
+refuse what needs no GPU to refuse, run on the device (which loads the pair), and hand the
+result to the renderers. The API answers with the result itself; the button draws it.
 
 On the page a failed run's sentence takes the verdict's place and every other view is emptied
 (as it is when a run starts), so an older clip's result never stays on screen; the API raises.
@@ -24,8 +24,8 @@ import torch
 
 from specwhisper import compare
 from specwhisper.audio import AudioError, AudioLimits, load_audio
-from specwhisper.compare import CompareRequest
-from specwhisper.ui import zerogpu
+from specwhisper.compare import CompareError, CompareRequest
+from specwhisper.ui import gpu_time, zerogpu
 from specwhisper.ui.api import compare_request
 from specwhisper.ui.choices import reference_for
 from specwhisper.ui.errors import person_errors
@@ -35,13 +35,7 @@ from specwhisper.ui.figure import audio_figure
 from specwhisper.ui.form import request_settings
 from specwhisper.ui.reference_view import reference_outputs
 from specwhisper.ui.snippet import reproduce_snippet
-from specwhisper.ui.tokens import (
-    STEP_COLUMNS,
-    draft_tokens,
-    result_token_ids,
-    steps_frame,
-    token_pieces,
-)
+from specwhisper.ui.tokens import STEP_COLUMNS, draft_tokens, steps_frame
 from specwhisper.ui.verdict import render_error, render_side, render_verdict
 
 # This machine's speed, from the comparisons it has finished: the estimate before each run.
@@ -95,8 +89,8 @@ def run_compare(
             dtype) or "bfloat16" (about 3x faster on a CPU with AMX; the decoder still
             verifies in dtype, so the runs stay token for token).
         reference: another engine timed beside the columns, for context: "" (off),
-            "faster-whisper:int8" or "faster-whisper:float32" ("faster-whisper:float16" on a
-            GPU). A different engine: its transcript can differ from the baseline's.
+            "faster-whisper:int8" or "faster-whisper:float32"; on a CPU only. A different
+            engine: its transcript can differ from the baseline's.
     Returns:
         JSON with `baseline` and `speculative` (text, token ids, time, speed)
         `identical`, `first_divergence`, `speedup`, the pair, device, dtype and audio notes;
@@ -230,8 +224,9 @@ def on_estimate(audio: str | None, main: str | None, repeats: Any) -> str:
 
 
 def audio_limits() -> AudioLimits:
-    """The longest audio and largest file this process takes: longer on a GPU."""
-    return AudioLimits.from_env(on_gpu=torch.cuda.is_available())
+    """The longest audio and largest file this process takes: longer on a GPU, and on ZeroGPU
+    what a logged-out visitor's daily quota can compare (gpu_time)."""
+    return gpu_time.audio_limits(on_gpu=torch.cuda.is_available())
 
 
 class Run(NamedTuple):
@@ -243,11 +238,12 @@ class Run(NamedTuple):
 
 
 def compare_run(audio: str | None, req: CompareRequest, progress: gr.Progress | None) -> Run:
-    """Check the request, read the audio, load the pair here, run the comparison on the device.
+    """Check the request, read the audio, refuse here what needs no GPU to refuse, then load
+    and run on the device.
 
-    Loading happens in this, the server's process, and not in the GPU call: ZeroGPU runs that in
-    a forked worker, where a model loaded would be lost with the worker. Loaded here, the pair
-    stays in the cache of the process every worker is forked from.
+    Nothing loads in this, the server's, process: on ZeroGPU only the thread that imported
+    `spaces` can put a model on the GPU (see specwhisper.ui.device), so the pair loads inside
+    the device call, or is found there already.
     """
     with person_errors():
         start_s = time.perf_counter()
@@ -256,13 +252,11 @@ def compare_run(audio: str | None, req: CompareRequest, progress: gr.Progress | 
         report = zerogpu.reporter(progress)
         report(0.0, "Reading the audio")
         clip = load_audio(audio, audio_limits())
-        main, _, load_s = compare.load_pair(checked, progress=report)
-        result = zerogpu.on_device(clip.samples, checked, progress)
-        # what this process loaded, plus what the worker had to load itself (0 when it found
-        # the pair in the cache it was forked with)
-        result["load_time_s"] = round(load_s + result["load_time_s"], 3)
+        problem = compare.transformers_timestamps_problem(req, checked.assistant, clip.duration_s)
+        if problem:
+            raise CompareError(problem)
+        result, pieces = zerogpu.on_device(clip.samples, checked, progress)
         result["audio_notes"] = list(clip.notes)
-        pieces = token_pieces(main.processor.tokenizer, result_token_ids(result))
         speed = measured_speed(result, time.perf_counter() - start_s - result["load_time_s"])
         if speed is not None:
             SPEEDS.add(req.main, speed)

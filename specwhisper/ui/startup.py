@@ -33,7 +33,8 @@ def preload_wanted(module_name: str) -> bool:
 def preload_default_pair() -> None:
     """Load the page's default pair now, on the device. On ZeroGPU, tensors moved to CUDA before
     launch are packed to disk at launch and copied to the GPU in every worker, so no visitor
-    waits for the default pair (the ZeroGPU way: load at module level, only infer inside; see
+    waits for the default pair. It must run on the thread that imported `spaces`, the only one
+    whose `.to("cuda")` ZeroGPU records; every other pair loads inside the GPU call (see
     specwhisper.ui.device)."""
     main, assistant = default_pair()
     try:

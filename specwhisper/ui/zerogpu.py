@@ -1,18 +1,27 @@
 """The page's device part: the calls that run models on the GPU, and how long they may take.
 
 Loading, the ZeroGPU way. ZeroGPU runs a `spaces.GPU` function (`on_device`, `on_device_batch`)
-in a worker process forked from the server's; what the worker loads dies with it. So models
-load in the server process, never inside the GPU call: the default pair at start-up, on the
-device (ZeroGPU records the `.to("cuda")`, packs those tensors at launch and copies them to the
-GPU in each worker; see startup.preload_default_pair), and any other pair on demand, before the
-GPU call, into the same cache; every worker forked after that starts with it. ZeroGPU only needs
-these functions decorated by the time the server starts: the handlers import this module, so
-app.py's `from specwhisper.ui import ...` decorates them.
+in a worker process forked from the server's. In the server process spaces 0.51 replaces
+`torch._C._cuda_init` with a function that raises (`zero/torch/patching.py`, `patch`), and the
+emulation that records a `.to("cuda")` is a TorchFunctionMode entered on the thread that
+imported spaces only (the same `patch`, and its TODO on threads), while gradio runs handlers in
+other threads. So the server process loads the default pair at start-up, on the importing thread
+(startup.preload_default_pair: the tensors are packed at launch and copied to the GPU in every
+worker), and nothing else: any other pair or precision loads here, inside the GPU call, where
+CUDA is real. spaces keeps an idle worker for the next call (`wrappers.py`,
+`schedule_response.idle`), so a pair loaded in one call is a cache hit in the next call that
+worker serves; gpu_time budgets the load whenever the server process does not hold the pair.
 
-Everywhere else (no `spaces` package) they are plain functions, run in the handler's thread,
-where a run stops at its next model pass once its visitor has gone (specwhisper.ui.stopping);
-a forked ZeroGPU worker does not see that stop flag and ends with its GPU call. This module
-does not read audio or draw anything.
+The request is checked again where it runs: the device and `auto` precision are the worker's.
+Whatever fails in here leaves as a `gr.Error` with the project's sentence, since spaces shows a
+visitor any other exception from the worker as its class name (`wrappers.py`,
+`exception_result`). ZeroGPU only needs these functions decorated by the time the server starts:
+the handlers import this module, so app.py's `from specwhisper.ui import ...` decorates them.
+
+Everywhere else (no `spaces` package, or not on ZeroGPU) they are plain functions, run in the
+handler's thread, where a run stops at its next model pass once its visitor has gone
+(specwhisper.ui.stopping); a forked ZeroGPU worker does not see that stop flag and ends with its
+GPU call. This module does not read audio or draw anything.
 """
 
 from __future__ import annotations
@@ -25,13 +34,14 @@ import numpy as np
 from specwhisper import alignment, batch_mode, compare
 from specwhisper.audio import SAMPLE_RATE
 from specwhisper.compare import CheckedRequest, CompareRequest
+from specwhisper.ui import gpu_time
+from specwhisper.ui.errors import person_errors
+from specwhisper.ui.tokens import result_token_ids, token_pieces
 
 try:  # ZeroGPU on Hugging Face Spaces; a no-op decorator everywhere else
     import spaces
 except ImportError:  # pragma: no cover - spaces is in requirements.txt
     spaces = None
-
-MAX_GPU_S = 600  # the longest ZeroGPU call we ask for
 
 
 def reporter(progress: gr.Progress | None) -> compare.Progress:
@@ -47,54 +57,51 @@ def reporter(progress: gr.Progress | None) -> compare.Progress:
 def gpu_seconds(
     samples: np.ndarray, req: CompareRequest | CheckedRequest, progress: Any = None
 ) -> int:
-    """ZeroGPU time to reserve, loading included: twice the pair's load time as this process
-    measured it (a worker forked before that load loads it again; a fresh one only copies it to
-    the GPU, which is quicker), 2 x (repeats + 1) runs at 10x real time or faster, and 30 s of
-    slack. The cap is the longest call ZeroGPU takes."""
-    checked = compare.checked(req)
-    main, assistant, _ = compare.load_pair(checked)  # a cache hit: the handler just loaded them
-    load_s = main.load_time_s + assistant.load_time_s
+    """ZeroGPU time to request for `on_device`: gpu_time.compare_work."""
     audio_s = len(samples) / SAMPLE_RATE
-    repeats = checked.request.repeats
-    return int(min(MAX_GPU_S, 30 + 2 * load_s + 0.2 * (repeats + 1) * audio_s))
+    return gpu_time.compare_work(audio_s, compare.checked(req)).seconds
 
 
 def on_device(
     samples: np.ndarray, req: CompareRequest | CheckedRequest, progress: gr.Progress | None
-) -> dict[str, Any]:
-    """The GPU part: both decoders, timed; the compare API's JSON. Inference only: the pair is
-    a cache hit (on ZeroGPU, its tensors were copied to the GPU as the worker started). Only a
-    worker forked before the pair was loaded has to load it, and its load time says so."""
-    result = compare.compare(samples, req, progress=reporter(progress)).to_dict()
-    # where each token sits in the audio, for the spectrogram's strip: untimed, after the runs
-    return alignment.add_token_times(result, samples, req, reporter(progress))
+) -> tuple[dict[str, Any], dict[int, str]]:
+    """The GPU part: the pair loaded (a cache hit for the preloaded pair, and for a pair this
+    worker loaded before), both decoders timed, then each token placed in the audio. Returns the
+    compare API's JSON and the text of every token id in it."""
+    with person_errors():
+        here = compare.check_request(compare.checked(req).request)  # this process's device
+        result = compare.compare(samples, here, progress=reporter(progress)).to_dict()
+        # where each token sits in the audio, for the spectrogram's strip: untimed, after the runs
+        result = alignment.add_token_times(result, samples, here, reporter(progress))
+        main, _, _ = compare.load_pair(here)  # a cache hit: the comparison has just run on it
+        return result, token_pieces(main.processor.tokenizer, result_token_ids(result))
 
 
 def batch_gpu_seconds(
     rows: batch_mode.Rows, sizes: list[int], req: CheckedRequest, progress: Any = None
 ) -> int:
-    """ZeroGPU time for batch mode: as `gpu_seconds`, once per batch size (two extra baseline
-    runs per row check the batch of one)."""
-    runs = len(sizes) * (2 * (req.request.repeats + 1) + 1)
-    return int(min(MAX_GPU_S, 30 + 0.1 * runs * rows.duration_s))
+    """ZeroGPU time to request for `on_device_batch`: gpu_time.batch_work."""
+    return gpu_time.batch_work(rows.duration_s, len(sizes), req).seconds
 
 
 def on_device_batch(
     rows: batch_mode.Rows, sizes: list[int], req: CheckedRequest, progress: gr.Progress | None
 ) -> dict[str, Any]:
-    """The GPU part of batch mode: inference only, the pair is a cache hit (see on_device)."""
-    main, assistant, _ = compare.load_pair(req)
-    report = reporter(progress)
+    """The GPU part of batch mode: the pair loaded (as in on_device), the sweep run."""
+    with person_errors():
+        here = compare.check_request(req.request)
+        report = reporter(progress)
+        main, assistant, _ = compare.load_pair(here, progress=report)
 
-    def on_batch(size: int, i: int, n: int) -> None:
-        report((sizes.index(size) + i / n) / len(sizes), f"Batch size {size}: batch {i + 1} of {n}")
+        def on_batch(size: int, i: int, n: int) -> None:
+            done = (sizes.index(size) + i / n) / len(sizes)
+            report(done, f"Batch size {size}: batch {i + 1} of {n}")
 
-    results = list(
-        batch_mode.sweep(
-            main, assistant, rows, sizes, repeats=req.request.repeats, on_batch=on_batch
+        repeats = here.request.repeats
+        results = list(
+            batch_mode.sweep(main, assistant, rows, sizes, repeats=repeats, on_batch=on_batch)
         )
-    )
-    return batch_mode.sweep_json(main, rows, results)
+        return batch_mode.sweep_json(main, rows, results)
 
 
 if spaces is not None:
