@@ -218,7 +218,7 @@ def test_gpu_out_of_memory_is_one_line_and_exit_2(
     [["--peer-gamma", "3"], ["--peer", "--peer-gamma", "0"], ["--peer-gamma-schedule", "constant"]],
 )
 def test_peer_gamma_flags_are_checked(flags):
-    from specwhisper.bench import parse_args
+    from specwhisper.bench.cli import parse_args
 
     with pytest.raises(SystemExit):
         parse_args(["--main", "a", "--assistant", "b", "--manifest", "m", *flags])
@@ -274,7 +274,7 @@ def test_cli_with_real_weights_is_identical(real_models, tmp_path):
 def test_join_clips_builds_long_clips_per_language():
     import numpy as np
 
-    from specwhisper.bench import Clip, join_clips
+    from specwhisper.bench.selection import Clip, join_clips
 
     def clip(name: str, lang: str, seconds: float) -> Clip:
         return Clip(name, "read", lang, name, np.ones(int(16_000 * seconds), dtype=np.float32))

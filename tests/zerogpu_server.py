@@ -143,7 +143,7 @@ def main() -> None:
     models_dir, audio, out = sys.argv[1:4]
     os.environ["SPECWHISPER_MODELS"] = models_dir
 
-    from specwhisper.ui.batch import run_batch
+    from specwhisper.ui.batch_mode import run_batch
 
     from specwhisper import compare
     from specwhisper.compare import CompareRequest
