@@ -1,7 +1,7 @@
 """specwhisper's Space: Whisper with and without speculative decoding, side by side.
 
 The page lives in specwhisper.ui; this file builds it and launches it. `python app.py` (or a
-Space) also loads the default pair before the first visitor (see specwhisper.ui.device for why
+Space) also loads the default pair before the first visitor (see specwhisper.ui.zerogpu for why
 that is the ZeroGPU way); nothing imports this module.
 """
 

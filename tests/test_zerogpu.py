@@ -1,9 +1,9 @@
 """The page's loading under ZeroGPU, on the CPU.
 
 ZeroGPU runs the `spaces.GPU` function in a worker process forked from the server's; the server
-process loads only the preloaded default pair (see specwhisper.ui.device), and every other pair
+process loads only the preloaded default pair (see specwhisper.ui.zerogpu), and every other pair
 loads inside the call. spaces keeps an idle worker for the next call, or forks a fresh one. Here
-the page's device part (`specwhisper.ui.device.on_device`) runs either in a fresh child forked at
+the page's device part (`specwhisper.ui.zerogpu.on_device`) runs either in a fresh child forked at
 each call, the strictest case, or in one forked child that serves every call, as a reused worker
 does. Tiny random checkpoints keep it quick. tests/test_zerogpu_spaces.py runs the same with the
 `spaces` package's own patching of the server process.

@@ -143,10 +143,9 @@ def main() -> None:
     models_dir, audio, out = sys.argv[1:4]
     os.environ["SPECWHISPER_MODELS"] = models_dir
 
-    from specwhisper.ui.batch_mode import run_batch
-
     from specwhisper import compare
     from specwhisper.compare import CompareRequest
+    from specwhisper.ui.batch_mode import run_batch
     from specwhisper.ui.choices import default_pair
     from specwhisper.ui.handlers import on_compare, run_compare
     from specwhisper.ui.startup import preload_default_pair

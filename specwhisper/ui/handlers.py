@@ -242,7 +242,7 @@ def compare_run(audio: str | None, req: CompareRequest, progress: gr.Progress | 
     and run on the device.
 
     Nothing loads in this, the server's, process: on ZeroGPU only the thread that imported
-    `spaces` can put a model on the GPU (see specwhisper.ui.device), so the pair loads inside
+    `spaces` can put a model on the GPU (see specwhisper.ui.zerogpu), so the pair loads inside
     the device call, or is found there already.
     """
     with person_errors():

@@ -35,7 +35,7 @@ def preload_default_pair() -> None:
     launch are packed to disk at launch and copied to the GPU in every worker, so no visitor
     waits for the default pair. It must run on the thread that imported `spaces`, the only one
     whose `.to("cuda")` ZeroGPU records; every other pair loads inside the GPU call (see
-    specwhisper.ui.device)."""
+    specwhisper.ui.zerogpu)."""
     main, assistant = default_pair()
     try:
         compare.load_pair(CompareRequest(main=main, assistant=assistant))
