@@ -67,12 +67,16 @@ class Clock:
 @contextlib.contextmanager
 def patched(owner: Any, name: str, wrap: Callable[[Callable[..., Any]], Any]) -> Iterator[None]:
     """owner.name replaced by wrap(the original) for the block, then restored."""
+    own = name in vars(owner)  # else inherited: removed again afterwards, not copied in
     original = getattr(owner, name)
     setattr(owner, name, wrap(original))
     try:
         yield
     finally:
-        setattr(owner, name, original)
+        if own:
+            setattr(owner, name, original)
+        else:
+            delattr(owner, name)
 
 
 def metered_generate(main: loading.Loaded, run: Callable[[], Any]) -> Clock:
@@ -81,7 +85,8 @@ def metered_generate(main: loading.Loaded, run: Callable[[], Any]) -> Clock:
 
     clock, model = Clock(), main.model
     pieces = [
-        (model, "_sample", "the rest of the token loop"),
+        # generate finds its loop on the class (GENERATION_MODES_MAPPING), not the instance
+        (type(model), "_sample", "the rest of the token loop"),
         (model, "_prefill", "prefill, less its pieces"),
         (model, "prepare_inputs_for_generation", "prepare_inputs_for_generation"),
         (model, "_update_model_kwargs_for_generation", "_update_model_kwargs_for_generation"),
