@@ -53,6 +53,9 @@ class CompareRequest:
     seed: int = 0  # sampling: the same seed repeats a run
     fallback: bool = False  # Whisper's temperature fallback recipe, in both columns
     reference: str = ""  # another engine timed for context: "" (off), "faster-whisper:int8", ...
+    # also time our loop at gamma 0 (no drafting), which splits the speed-up into the loop's
+    # part and drafting's part (our engine only)
+    loop_alone: bool = False
 
     @property
     def decoding(self) -> str:
@@ -110,6 +113,18 @@ def transformers_timestamps_problem(
     return TRANSFORMERS_TIMESTAMPS.format(assistant=assistant.label)
 
 
+LOOP_ALONE_ENGINE = (
+    "Timing our loop without drafting splits our own engine's speed-up into the loop's part and "
+    "drafting's part: pick the specwhisper engine for it."
+)
+
+
+def loop_alone_options(opts: DecodeOptions) -> DecodeOptions:
+    """Our loop without drafting: the same options at gamma 0 under the constant schedule, so the
+    loop makes one main pass per token, as plain `generate` does, and never sets a drafter up."""
+    return dataclasses.replace(opts, gamma=0, gamma_schedule="constant")
+
+
 @dataclass(frozen=True)
 class CheckedRequest:
     """A request that passed `check_request`, with what it names resolved: the loaders, compare()
@@ -155,6 +170,8 @@ def check_request(req: CompareRequest) -> CheckedRequest:
     problem = decoding.options_problem(req.engine, req.gamma_schedule, req.gamma, req.fallback)
     if problem:
         raise CompareError(problem)
+    if req.loop_alone and req.engine != "specwhisper":
+        raise CompareError(LOOP_ALONE_ENGINE)
     if not 1 <= req.repeats <= 20:
         raise CompareError("Repeats must be between 1 and 20.")
     device = loading.default_device()  # unknown precisions are refused before anything loads
@@ -256,6 +273,9 @@ class Comparison:
     speculative_times_s: tuple[float, ...]
     # another engine timed in the same runs, for context (CompareRequest.reference); None: off
     reference: reference.ReferenceResult | reference.ReferenceUnavailable | None = None
+    # our loop without drafting, timed in the same runs (CompareRequest.loop_alone); None: off
+    loop_alone: DecodeResult | None = None
+    loop_alone_times_s: tuple[float, ...] = ()
 
     @property
     def engine(self) -> str:
@@ -276,6 +296,34 @@ class Comparison:
     @property
     def speedup(self) -> float:
         return metrics.speedup([self.baseline], [self.speculative])
+
+    @property
+    def loop_alone_speedup(self) -> float | None:
+        """The loop's part of the speed-up: the baseline's time over our loop's without drafting
+        (None: not timed). Times drafting's part, it is the speed-up."""
+        if self.loop_alone is None:
+            return None
+        return metrics.ratio(self.baseline.time_s, self.loop_alone.time_s)
+
+    @property
+    def speedup_over_loop_alone(self) -> float | None:
+        """Drafting's part of the speed-up: our loop's time without drafting over its time with
+        it (None: not timed)."""
+        if self.loop_alone is None:
+            return None
+        return metrics.ratio(self.loop_alone.time_s, self.speculative.time_s)
+
+    def loop_alone_outcome(self) -> dict[str, Any]:
+        """The split, rounded (None when the loop alone was not timed): our loop without
+        drafting as a column, whether it kept the baseline's tokens, and the two parts."""
+        if self.loop_alone is None:
+            return dict.fromkeys(LOOP_ALONE_KEYS)
+        return {
+            "loop_alone": side_json(self.loop_alone, self.loop_alone_times_s, tokens=False)
+            | {"identical": self.loop_alone.token_ids == self.baseline.token_ids},
+            "loop_alone_speedup": _round(self.loop_alone_speedup),
+            "speculative_speedup_over_loop_alone": _round(self.speedup_over_loop_alone),
+        }
 
     def outcome(self) -> dict[str, Any]:
         """Whether the speculative run kept the baseline's tokens and what the runs mean (the
@@ -321,7 +369,15 @@ class Comparison:
             "language": setup.language or "auto",
             "task": setup.task,
             "reference": self.reference.to_dict() if self.reference is not None else None,
+            **self.loop_alone_outcome(),
         }
+
+
+LOOP_ALONE_KEYS = ("loop_alone", "loop_alone_speedup", "speculative_speedup_over_loop_alone")
+
+
+def _round(x: float | None) -> float | None:
+    return None if x is None else round(x, 4)
 
 
 def side_json(
@@ -421,7 +477,7 @@ def compare(
     ok = checked(req)
     main, assistant, load_s = load_pair(ok, cache=cache, progress=progress)
     repeats = ok.request.repeats
-    n_sides = 3 if reference.parse_reference(ok.request.reference) else 2
+    n_sides = 2 + bool(reference.parse_reference(ok.request.reference)) + ok.request.loop_alone
     n_runs = n_sides * (repeats + 1)
     n_windows = max(1, math.ceil(len(samples) / SAMPLE_RATE / decoding.WINDOW_S))
     done = [0]
@@ -434,7 +490,8 @@ def compare(
         def on_window(*_: Any) -> None:
             window[0] += 1
             where = run_index + min(window[0], n_windows) / (n_windows + 1)
-            label = f"{side.capitalize()} run {run_index // n_sides + 1} of {repeats + 1}"
+            name = side.replace("_", " ").capitalize()
+            label = f"{name} run {run_index // n_sides + 1} of {repeats + 1}"
             if n_windows > 1:
                 label += f", window {window[0]} of ~{n_windows}"
             progress(0.2 + 0.8 * where / n_runs, label)
@@ -479,9 +536,11 @@ def compare_loaded(
 
     Times the baseline and `req`'s speculative engine, and with `peer` (the same request with
     another engine, gamma or schedule) a third run, alternately after one warm-up each; the peer
-    is compared with the same baseline runs. `language` is the Whisper code (None: detect).
-    `around(side, run)` wraps every run ("baseline", "speculative", "peer") and returns its
-    result, for progress reports. `warmup=0` is for identity checks only: the first timed run
+    is compared with the same baseline runs. With `req.loop_alone`, our loop without drafting
+    is one more side of the same rounds, kept in the speculative Comparison. `language` is the
+    Whisper code (None: detect). `around(side, run)` wraps every run ("baseline",
+    "speculative", "peer", "loop_alone", "reference") and returns its result, for progress
+    reports. `warmup=0` is for identity checks only: the first timed run
     then pays first-call costs. A GPU out-of-memory empties `cache` and becomes a CompareError.
     """
     features: Features = decoding.prepare_features(main, samples)
@@ -498,6 +557,11 @@ def compare_loaded(
     if peer is not None:
         peer_opts = decode_options(peer, main.checkpoint, language, max_new_tokens)
         runs["peer"] = lambda: decoding.decode_speculative(main, assistant, features, peer_opts)
+    if req.loop_alone:
+        alone_opts = loop_alone_options(opts)
+        runs["loop_alone"] = lambda: decoding.decode_speculative(
+            main, assistant, features, alone_opts
+        )
     column = reference.prepare(req.reference, main, samples, language, opts.task)
     if column is not None and column.run is not None:
         runs["reference"] = column.run
@@ -524,6 +588,13 @@ def compare_loaded(
         return comparison_of(side_req, setup, timings["baseline"], timings[side])
 
     speculative = comparison("speculative", req)
+    if "loop_alone" in timings:
+        alone = timings["loop_alone"]
+        speculative = dataclasses.replace(
+            speculative,
+            loop_alone=dataclasses.replace(alone.result, time_s=alone.median_s),
+            loop_alone_times_s=alone.times_s,
+        )
     if column is not None:
         spelling = getattr(main.processor.tokenizer, "english_spelling_normalizer", None)
         context = column.result(timings.get("reference"), speculative.baseline, spelling)

@@ -158,7 +158,8 @@ def speculative_decode(
         #    Its time (which includes the cross-attention K/V) is not a verify cost: not timed.
         rows = verify([], tokens, 1)
         step = DraftStep((), 0, pick(rows[0]))
-        drafter.begin(encoder_hidden, cache, inputs_tensor)
+        if not schedule.never_drafts:  # a drafter's set-up (a seq2seq one's encoder) is drafting
+            drafter.begin(encoder_hidden, cache, inputs_tensor)
         while True:
             # 2. Record the step and extend the sequence; stop at end-of-text or the length limit.
             stats.steps.append(step)

@@ -96,6 +96,13 @@ class GammaSchedule:
         return draft_confidence() if self.confidence is None else self.confidence
 
     @property
+    def never_drafts(self) -> bool:
+        """Gamma 0 from the start: no schedule ever drafts then (adaptive moves off its start
+        value only after a timed draft, heuristic only after a drafted step), so the loop is
+        our loop without drafting, one main pass per token as plain `generate` makes."""
+        return self.gamma == 0
+
+    @property
     def t_draft_s(self) -> float | None:
         """One draft token's time: the median of the recent drafting steps (None: not yet)."""
         if not self.draft_steps:

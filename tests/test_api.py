@@ -54,6 +54,7 @@ PARAMETERS = [
     "fallback",
     "encoder_dtype",  # new and optional: older callers work
     "reference",
+    "loop_alone",  # new and optional: older callers work
 ]
 
 
@@ -108,6 +109,7 @@ def test_compare_returns_the_documented_json(server):
     assert result["audio_notes"] == ["Resampled from 8000 Hz to 16000 Hz."]
     assert result["decoding"] == "greedy" and result["temperature"] == 0.0
     assert result["reference"] is None  # no reference engine unless asked for
+    assert result["loop_alone"] is None  # no loop-alone side unless asked for
 
 
 def test_sampling_through_the_api(server):

@@ -139,6 +139,49 @@ def test_cli_on_tiny_models(tiny_models, tmp_path, assistant, n_clips, peer_gamm
     if peer_gamma:  # what the peer ran: one draft token per step (ours drafts up to 3 here)
         assert all(c["peer"]["mean_gamma"] <= 1 for c in document["clips"])
     assert (out / "speedups.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    # on by default: our loop without drafting, in the same rounds, splits every speed-up
+    assert settings["loop_alone"] is True
+    assert LOOP_ALONE_KEYS <= summary.keys()
+    assert summary["loop_alone_n_identical_clips"] == n_clips  # gamma 0: the baseline's tokens
+    assert_split(summary, "speedup", "loop_alone_speedup", "speculative_speedup_over_loop_alone")
+    for row in document["clips"]:
+        assert ROW_BASELINE_KEYS <= row["loop_alone"].keys() and row["loop_alone"]["identical"]
+        speedup = row["speculative"]["speedup"]
+        assert_split(
+            row | {"speedup": speedup},
+            "speedup",
+            "loop_alone_speedup",
+            "speculative_speedup_over_loop_alone",
+        )
+    assert "speed-up split: the loop" in result.stdout
+
+
+# The split of the speed-up, with --loop-alone (the default for our engine), in the last line.
+LOOP_ALONE_KEYS = set(
+    """loop_alone_n_identical_clips loop_alone_s loop_alone_speedup
+    median_clip_loop_alone_speedup min_clip_loop_alone_speedup
+    speculative_speedup_over_loop_alone median_clip_speculative_speedup_over_loop_alone
+    min_clip_speculative_speedup_over_loop_alone wer_loop_alone""".split()
+)
+
+
+def assert_split(d: dict, total: str, loop: str, drafting: str) -> None:
+    """The loop's part times drafting's part is the total, within the JSON's rounding (4
+    decimals each)."""
+    assert d[loop] > 0 and d[drafting] > 0
+    assert d[loop] * d[drafting] == pytest.approx(d[total], abs=1e-3 * (1 + d[total]))
+
+
+def test_loop_alone_flag_is_checked_and_defaults_to_our_engine():
+    base = ["--main", "m", "--assistant", "a", "--manifest", "x"]
+    assert cli.parse_args(base).loop_alone is True
+    assert cli.parse_args([*base, "--no-loop-alone"]).loop_alone is False
+    assert cli.parse_args([*base, "--gamma", "0"]).loop_alone is False  # nothing to split
+    assert cli.parse_args([*base, "--engine", "transformers"]).loop_alone is False
+    assert cli.request(cli.parse_args(base)).loop_alone is True
+    for flags in (["--engine", "transformers"], ["--batch-size", "2"]):
+        with pytest.raises(SystemExit):
+            cli.parse_args([*base, "--loop-alone", *flags])
 
 
 def test_cli_bad_input_exits_2(tiny_models, tmp_path):

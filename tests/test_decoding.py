@@ -15,7 +15,7 @@ import numpy as np
 import pytest
 import torch
 
-from specwhisper import checkpoints, decoding, drafters, int8_forward, loading
+from specwhisper import checkpoints, compare, decoding, drafters, int8_forward, loading
 from specwhisper.decoding import DecodeOptions
 from specwhisper.loop import step_tokens
 from specwhisper.schedule import DRAFT_CONFIDENCE, GammaSchedule, draft_stops_early
@@ -550,3 +550,27 @@ def test_fallback_with_whispers_thresholds(loaded):
     with pytest.raises(ValueError, match="cannot run Whisper's temperature fallback"):
         peer = dataclasses.replace(opts, engine="transformers")
         decoding.decode_speculative(main, drafts["tiny-random-b"], features, peer)
+
+
+@pytest.mark.parametrize("assistant", ["tiny-random-b", checkpoints.SELF_INT8])
+def test_our_loop_at_gamma_0_equals_the_baseline_token_for_token(loaded, assistant):
+    """Our loop without drafting (the bench's and the page's loop-alone side) makes the
+    baseline's main passes, one per token, and never runs its drafter (a seq2seq one's encoder
+    included)."""
+    main, drafts = loaded
+    opts = DecodeOptions(language="en", task="transcribe", max_new_tokens=40)
+    alone = compare.loop_alone_options(opts)
+    assert (alone.gamma, alone.gamma_schedule) == (0, "constant")
+    n_tokens = 0
+    for i, samples in enumerate(_inputs(N_INPUTS // 4)):
+        features = decoding.prepare_features(main, samples)
+        base = decoding.decode_baseline(main, features, opts)
+        ours = decoding.decode_speculative(main, drafts[assistant], features, alone)
+        assert ours.token_ids == base.token_ids, f"input {i}: diverges at " + str(
+            decoding.first_divergence(base.token_ids, ours.token_ids)
+        )
+        assert ours.n_main_forwards == base.n_main_forwards
+        assert ours.n_draft_tokens == 0
+        assert all(s.drafted == () for s in ours.steps)
+        n_tokens += base.n_tokens
+    assert n_tokens > 25  # the random model speaks, so the loop is exercised

@@ -151,3 +151,25 @@ def test_time_bars_share_one_scale():
 def test_an_error_is_escaped_and_badged():
     html = render_error("The file <notes.wav> contains text, not audio.")
     assert "&lt;notes.wav&gt;" in html and "NOT COMPARED" in html and 'role="alert"' in html
+
+
+def test_the_verdict_splits_the_speedup_when_the_loop_alone_was_timed():
+    alone = {"time_s": 3.0, "times_s": [3.0, 3.1, 2.9], "identical": True}
+    html = render_verdict(
+        result(
+            loop_alone=alone,
+            loop_alone_speedup=1.3333,
+            speculative_speedup_over_loop_alone=1.5,
+        ),
+        {},
+    )
+    assert "measured in this run" in html
+    assert "1.33× × 1.50× = 2.00×" in html
+
+
+def test_without_the_loop_alone_the_verdict_does_not_credit_drafting_with_it_all():
+    html = render_verdict(result(loop_alone=None), {})
+    assert "includes our leaner loop&#x27;s own gain" in html
+    assert "Also time our loop without drafting" in html
+    assert "our leaner loop&#x27;s alone" in render_verdict(result(gamma=0), {})
+    assert "leaner loop" not in render_verdict(result(engine="transformers"), {})

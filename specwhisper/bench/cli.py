@@ -49,6 +49,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--peer", action="store_true", help="also time transformers' assisted generation"
     )
+    parser.add_argument(
+        "--loop-alone",
+        action=argparse.BooleanOptionalAction,
+        help="also time our loop without drafting (gamma 0) in the same rounds, splitting each "
+        "speed-up into the loop's part and drafting's part (default: on for our engine at "
+        "gamma 1 or more, one clip at a time)",
+    )
     parser.add_argument("--out", default="bench-out", help="folder for results.json and the PNG")
     parser.add_argument("--engine", default="specwhisper", choices=decoding.ENGINES)
     parser.add_argument("--gamma", type=int, default=5, help="draft tokens per step (start value)")
@@ -136,6 +143,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.error(f"--temperature must be between 0 and {compare.MAX_TEMPERATURE:g}")
     if args.peer and args.fallback:
         parser.error(f"--fallback runs on our engine only: {PEER_ENGINE}' engine cannot run it")
+    batched = args.batch_size is not None or bool(args.batch_sweep)
+    if args.loop_alone and batched:
+        parser.error("--loop-alone times one clip at a time; it does not run in batch mode")
+    if args.loop_alone and args.engine != "specwhisper":
+        parser.error("--loop-alone splits our engine's speed-up: use --engine specwhisper")
+    if args.loop_alone is None:
+        # on where it splits something: the extra side costs about one baseline run per round
+        args.loop_alone = args.engine == "specwhisper" and args.gamma > 0 and not batched
     for name in ("limit", "max_new_tokens"):
         if getattr(args, name) is not None and getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be at least 1")
@@ -167,6 +182,7 @@ def request(args: argparse.Namespace) -> CompareRequest:
         seed=args.seed,
         fallback=args.fallback,
         reference=args.reference,
+        loop_alone=args.loop_alone,
     )
 
 
@@ -212,6 +228,7 @@ def settings_of(
         "manifest": str(Path(args.manifest).resolve()),
         "load_time_s": round(load_s, 3),
         "reference": req.reference or None,
+        "loop_alone": req.loop_alone,
     }
 
 

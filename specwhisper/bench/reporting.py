@@ -23,7 +23,13 @@ from specwhisper import (
     reference,
 )
 from specwhisper.audio import SAMPLE_RATE
-from specwhisper.bench.running import PEER_ENGINE, ClipResult, Totals, with_old_names
+from specwhisper.bench.running import (
+    PEER_ENGINE,
+    ClipResult,
+    LoopAloneTotals,
+    Totals,
+    with_old_names,
+)
 from specwhisper.bench.selection import Clip
 from specwhisper.compare import Comparison
 from specwhisper.timing import cpu_features, cpu_model, device_name, has_amx
@@ -65,6 +71,9 @@ def print_table(console: Any, results: list[ClipResult], total: Totals) -> None:
     table = Table(title="Per clip (median times, seconds)")
     for name in ("clip", "lang", "audio", "base", "spec", "×"):
         table.add_column(name, justify="left" if name == "clip" else "right")
+    if total.loop_alone is not None:  # our loop at gamma 0, and the two parts of ×
+        for name in ("γ 0", "loop ×", "draft ×"):
+            table.add_column(name, justify="right")
     if total.peer is not None:
         table.add_column("peer", justify="right")
         table.add_column("peer ×", justify="right")
@@ -77,6 +86,9 @@ def print_table(console: Any, results: list[ClipResult], total: Totals) -> None:
         o = r.speculative
         cells = [r.clip.name, r.clip.language or "auto", f"{o.duration_s:.1f}"]
         cells += [f"{o.baseline.time_s:.3f}", f"{o.speculative.time_s:.3f}", f"{o.speedup:.2f}"]
+        if total.loop_alone is not None:
+            cells += [f"{o.loop_alone.time_s:.3f}", f"{o.loop_alone_speedup:.2f}"]
+            cells += [f"{o.speedup_over_loop_alone:.2f}"]
         if total.peer is not None:
             cells += [f"{r.peer.speculative.time_s:.3f}", f"{r.peer.speedup:.2f}"]
         if total.reference is not None:
@@ -89,6 +101,9 @@ def print_table(console: Any, results: list[ClipResult], total: Totals) -> None:
     table.add_section()
     cells = ["total", "", f"{total.audio_s:.1f}", f"{total.baseline_s:.3f}"]
     cells += [f"{spec.time_s:.3f}", f"{spec.speedup:.2f}"]
+    if total.loop_alone is not None:
+        alone = total.loop_alone
+        cells += [f"{alone.time_s:.3f}", f"{alone.speedup:.2f}", f"{alone.speculative_speedup:.2f}"]
     if total.peer is not None:
         cells += [f"{total.peer.time_s:.3f}", f"{total.peer.speedup:.2f}"]
     if total.reference is not None:
@@ -112,6 +127,8 @@ def print_table(console: Any, results: list[ClipResult], total: Totals) -> None:
         f"{spec.predicted_end_to_end:.2f}× end to end (encoder and per-pass overhead added) vs "
         f"measured {spec.speedup:.2f}× (whole generate call)",
     ]
+    if total.loop_alone is not None:
+        lines += loop_alone_lines(total.loop_alone, spec.speedup, total.n_clips)
     if total.peer is not None:
         p = total.peer
         lines += [
@@ -130,6 +147,20 @@ def print_table(console: Any, results: list[ClipResult], total: Totals) -> None:
         lines += reference_lines(total.reference, total.n_clips)
     for line in lines:
         console.print(line, highlight=False)
+
+
+def loop_alone_lines(alone: LoopAloneTotals, speedup: float, n_clips: int) -> list[str]:
+    """The speed-up split: our loop without drafting over the baseline, drafting over that loop,
+    and their product, the total."""
+    return [
+        f"speed-up split: the loop (our loop at gamma 0 over plain generate) "
+        f"{alone.speedup:.2f}× (median clip {alone.median_clip_speedup:.2f}×, min clip "
+        f"{alone.min_clip_speedup:.2f}×) × drafting (our loop with drafting over it) "
+        f"{alone.speculative_speedup:.2f}× (median clip "
+        f"{alone.median_clip_speculative_speedup:.2f}×, min clip "
+        f"{alone.min_clip_speculative_speedup:.2f}×) = {speedup:.2f}× total",
+        f"our loop at gamma 0 vs baseline: identical {alone.n_identical_clips}/{n_clips}",
+    ]
 
 
 def reference_lines(t: dict[str, Any], n_clips: int) -> list[str]:
@@ -167,19 +198,32 @@ def _pct(x: float | None) -> str:
 
 
 def save_chart(results: list[ClipResult], total: Totals, path: Path, title: str) -> None:
-    """Per-clip speed-ups as bars (the speculative column, the peer and the reference when
-    run), with a line at 1.0."""
+    """Per-clip speed-ups as bars (our loop without drafting, the speculative column, the peer
+    and the reference when run), with a line at 1.0; the speculative bar's label splits its
+    total into the loop's part and drafting's."""
     from matplotlib.figure import Figure
 
     n = len(results)
     x = np.arange(n)
     engine = results[0].speculative.engine
-    bars = [
+    alone = total.loop_alone
+    bars = []
+    if alone is not None:
+        bars.append(
+            (
+                [r.speculative.loop_alone_speedup or 0.0 for r in results],
+                f"our loop without drafting, γ 0 (total {alone.speedup:.2f}×)",
+            )
+        )
+    split = (
+        f" = loop {alone.speedup:.2f}× × drafting {alone.speculative_speedup:.2f}×" if alone else ""
+    )
+    bars.append(
         (
             [r.speculative.speedup for r in results],
-            f"{engine} (total {total.speculative.speedup:.2f}×)",
+            f"{engine} (total {total.speculative.speedup:.2f}×{split})",
         )
-    ]
+    )
     if total.peer is not None:
         peer = [r.peer.speedup if r.peer else 0.0 for r in results]
         bars.append((peer, f"{PEER_ENGINE} (total {total.peer.speedup:.2f}×)"))

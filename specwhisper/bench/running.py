@@ -35,6 +35,7 @@ class Scored:
     speculative: str
     peer: str | None
     reference: str | None = None  # --reference's transcript
+    loop_alone: str | None = None  # our loop without drafting's transcript
 
 
 @dataclass(frozen=True)
@@ -69,6 +70,10 @@ class ClipResult:
             "baseline": baseline | {"wer": _round(wer([(s.reference_text, s.baseline)]))},
             "speculative": _side_dict(self.speculative, wer([(s.reference_text, s.speculative)])),
         }
+        alone = self.speculative.loop_alone_outcome()
+        if alone["loop_alone"] is not None:
+            alone["loop_alone"]["wer"] = _round(wer([(s.reference_text, s.loop_alone or "")]))
+            row |= alone
         if self.peer is not None and s.peer is not None:
             row["peer"] = _side_dict(self.peer, wer([(s.reference_text, s.peer)]))
             row["speculative_speedup_over_peer"] = _round(self.speedup_over_peer)
@@ -136,6 +141,61 @@ class SideTotals:
 
 
 @dataclass(frozen=True)
+class LoopAloneTotals:
+    """Our loop without drafting (gamma 0) over all clips: the speed-up split into the loop's
+    part (the baseline's time over it) and drafting's part (its time over the speculative
+    column's); their product is the speculative column's speed-up."""
+
+    n_identical_clips: int  # its tokens against the baseline's
+    time_s: float  # sum of the per-clip medians
+    speedup: float  # the loop's part: sum of baseline times / sum of its times
+    median_clip_speedup: float
+    min_clip_speedup: float
+    speculative_speedup: float  # drafting's part: sum of its times / sum of speculative times
+    median_clip_speculative_speedup: float
+    min_clip_speculative_speedup: float
+    wer: float | None
+
+    def to_dict(self) -> dict[str, Any]:
+        over = "speculative_speedup_over_loop_alone"
+        return {
+            "loop_alone_n_identical_clips": self.n_identical_clips,
+            "loop_alone_s": round(self.time_s, 4),
+            "loop_alone_speedup": round(self.speedup, 4),
+            "median_clip_loop_alone_speedup": round(self.median_clip_speedup, 4),
+            "min_clip_loop_alone_speedup": round(self.min_clip_speedup, 4),
+            over: round(self.speculative_speedup, 4),
+            f"median_clip_{over}": round(self.median_clip_speculative_speedup, 4),
+            f"min_clip_{over}": round(self.min_clip_speculative_speedup, 4),
+            "wer_loop_alone": _round(self.wer),
+        }
+
+
+def loop_alone_totals(
+    comparisons: list[Comparison], pairs: list[tuple[str, str]]
+) -> LoopAloneTotals | None:
+    """The split over all clips; None unless every clip timed our loop without drafting."""
+    if not comparisons or any(c.loop_alone is None for c in comparisons):
+        return None
+    base_s = sum(c.baseline.time_s for c in comparisons)
+    alone_s = sum(c.loop_alone.time_s for c in comparisons)
+    spec_s = sum(c.speculative.time_s for c in comparisons)
+    loop = [c.loop_alone_speedup or 0.0 for c in comparisons]
+    drafting = [c.speedup_over_loop_alone or 0.0 for c in comparisons]
+    return LoopAloneTotals(
+        n_identical_clips=sum(c.loop_alone.token_ids == c.baseline.token_ids for c in comparisons),
+        time_s=alone_s,
+        speedup=metrics.ratio(base_s, alone_s) or 0.0,
+        median_clip_speedup=statistics.median(loop),
+        min_clip_speedup=min(loop),
+        speculative_speedup=metrics.ratio(alone_s, spec_s) or 0.0,
+        median_clip_speculative_speedup=statistics.median(drafting),
+        min_clip_speculative_speedup=min(drafting),
+        wer=wer(pairs),
+    )
+
+
+@dataclass(frozen=True)
 class Totals:
     n_clips: int
     audio_s: float
@@ -146,6 +206,7 @@ class Totals:
     speedup_over_peer: float | None  # sum of peer times / sum of speculative times
     median_clip_speedup_over_peer: float | None
     reference: dict[str, Any] | None = None  # --reference's totals (reference.bench_totals)
+    loop_alone: LoopAloneTotals | None = None  # --loop-alone: the speed-up split
 
     def to_dict(self) -> dict[str, Any]:
         d = {
@@ -155,6 +216,8 @@ class Totals:
             "wer_baseline": _round(self.wer_baseline),
             **self.speculative.to_dict("speculative"),
         }
+        if self.loop_alone is not None:
+            d |= self.loop_alone.to_dict()
         if self.peer is not None:
             d |= self.peer.to_dict("peer")
             d["speculative_speedup_over_peer"] = _round(self.speedup_over_peer)
@@ -181,8 +244,9 @@ def run_clip(
     on_run: Callable[[str], None] = lambda name: None,
     warmup: int = 1,
 ) -> ClipResult:
-    """Time baseline, speculative (and peer) alternately on one clip, as compare() does, and
-    score the transcripts. `peer`: the peer's (gamma, schedule), or None to time no peer."""
+    """Time baseline, speculative (and the peer, our loop without drafting with
+    `req.loop_alone`, the reference) alternately on one clip, as compare() does, and score the
+    transcripts. `peer`: the peer's (gamma, schedule), or None to time no peer."""
     peer_req = None
     timestamped = req.timestamps or len(clip.samples) > WINDOW_S * SAMPLE_RATE
     if peer is not None and (assistant.checkpoint.decoder_only or not timestamped):
@@ -214,6 +278,7 @@ def run_clip(
         speculative=normalize(speculative.speculative.text),
         peer=normalize(peer_comparison.speculative.text) if peer_comparison else None,
         reference=_reference_transcript(speculative, normalize),
+        loop_alone=normalize(speculative.loop_alone.text) if speculative.loop_alone else None,
     )
     return ClipResult(clip, speculative, peer_comparison, scored)
 
@@ -275,6 +340,7 @@ def totals(results: list[ClipResult]) -> Totals:
         speedup_over_peer=metrics.ratio(peer.time_s, speculative.time_s) if peer else None,
         median_clip_speedup_over_peer=statistics.median(ratios) if ratios else None,
         reference=reference_totals,
+        loop_alone=loop_alone_totals([r.speculative for r in results], pairs("loop_alone")),
     )
 
 
@@ -291,7 +357,7 @@ def run_all(
 
     peer = peer_gamma(args)
     warmup = 0 if args.no_warmup else 1
-    n_sides = 2 + bool(peer) + bool(req.reference)
+    n_sides = 2 + bool(peer) + bool(req.reference) + req.loop_alone
     n_runs = len(clips) * n_sides * (req.repeats + warmup)
     columns = [TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn()]
     results = []
@@ -317,9 +383,15 @@ def run_all(
             # one line per clip, so a long run that is stopped early still shows its clips
             spec = result.speculative
             same = "identical" if spec.identical else f"differs at {spec.first_divergence}"
+            split = (
+                f" (loop {spec.loop_alone_speedup:.2f}× · drafting "
+                f"{spec.speedup_over_loop_alone:.2f}×)"
+                if spec.loop_alone is not None
+                else ""
+            )
             progress.console.print(
                 f"clip {len(results)}/{len(clips)} {clip.name}: {same}, "
-                f"acceptance {spec.speculative.acceptance_rate:.0%}, {spec.speedup:.2f}×"
+                f"acceptance {spec.speculative.acceptance_rate:.0%}, {spec.speedup:.2f}×{split}"
             )
     return results
 

@@ -147,6 +147,7 @@ API_FIELDS = (
     ApiField("fallback", "flag", False, label="Fallback"),
     ApiField("encoder_dtype", "text", "auto", label="The encoder dtype (encoder_dtype)"),
     ApiField("reference", "text", "", label="The reference engine"),
+    ApiField("loop_alone", "flag", False, label="Loop alone (loop_alone)"),
 )
 
 

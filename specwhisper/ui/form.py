@@ -40,6 +40,7 @@ class Form:
     fallback: gr.Checkbox
     reference_on: gr.Checkbox  # also time faster-whisper
     reference_compute_type: gr.Dropdown  # ... in this compute type
+    loop_alone: gr.Checkbox  # also time our loop without drafting
     run: gr.Button
 
     def settings(self) -> dict[str, gr.Component]:
@@ -149,6 +150,9 @@ def _advanced_settings() -> dict[str, gr.Component]:
         False,
         label="Whisper's temperature fallback (both columns; our engine only)",
         info=texts.FALLBACK_INFO,
+    )
+    fields["loop_alone"] = gr.Checkbox(
+        False, label=texts.LOOP_ALONE_LABEL, info=texts.LOOP_ALONE_INFO
     )
     fields |= _reference_settings()
     return fields

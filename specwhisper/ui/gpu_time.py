@@ -73,9 +73,11 @@ class GpuWork:
 def compare_work(
     audio_s: float, req: CheckedRequest, cache: loading.ModelCache = loading.CACHE
 ) -> GpuWork:
-    """One comparison: each column (and the reference column when on) once to warm up and
-    `repeats` times timed, then one untimed alignment decode of the baseline."""
-    n_columns = 3 if reference.parse_reference(req.request.reference) else 2
+    """One comparison: each column (and the reference column and our loop without drafting when
+    on) once to warm up and `repeats` times timed, then one untimed alignment decode of the
+    baseline."""
+    n_columns = 2 + bool(reference.parse_reference(req.request.reference))
+    n_columns += bool(req.request.loop_alone)
     n_decodes = n_columns * (req.request.repeats + 1) + 1
     return GpuWork(audio_s, n_decodes, *_loads(req, cache))
 

@@ -62,6 +62,7 @@ def run_compare(
     fallback: bool = False,
     encoder_dtype: str = "auto",
     reference: str = "",
+    loop_alone: bool = False,
     progress: gr.Progress = gr.Progress(),  # noqa: B008 - gradio's way to ask for a progress bar
 ) -> dict[str, Any]:
     """Transcribe an audio file with Whisper alone (greedy) and with an assistant model drafting
@@ -91,10 +92,15 @@ def run_compare(
         reference: another engine timed beside the columns, for context: "" (off),
             "faster-whisper:int8" or "faster-whisper:float32"; on a CPU only. A different
             engine: its transcript can differ from the baseline's.
+        loop_alone: also time our loop without drafting (gamma 0, one main pass per token as
+            plain generate makes) in the same rounds, to split the speed-up into the loop's
+            part and drafting's; our engine only.
     Returns:
         JSON with `baseline` and `speculative` (text, token ids, time, speed)
         `identical`, `first_divergence`, `speedup`, the pair, device, dtype and audio notes;
-        `reference` (None when off): its text, time and agreement with the baseline.
+        `reference` (None when off): its text, time and agreement with the baseline;
+        `loop_alone` (None when off) with `loop_alone_speedup` (the baseline's time over it)
+        and `speculative_speedup_over_loop_alone` (drafting's part).
     """
     req = compare_request(
         main=main,
@@ -112,6 +118,7 @@ def run_compare(
         fallback=fallback,
         encoder_dtype=encoder_dtype,
         reference=reference,
+        loop_alone=loop_alone,
     )
     return compare_run(audio, req, progress).result
 

@@ -52,6 +52,15 @@ def _commented(line: str) -> str:
     return f"# {line}" if line else "#"
 
 
+# What our loop does differently from generate's even where it drafts nothing
+# (BENCHMARKS.md#time-loop): part of the speculative column's gain over plain generate.
+LEANER_LOOP = (
+    "#    Even without drafting our loop is leaner than generate's: it projects to logits",
+    "#    through a [D, V] copy of the output matrix, applies Whisper's suppression masks built",
+    "#    once per call rather than per token, and skips generate's per-step bookkeeping.",
+)
+
+
 def loop_snippet(result: Mapping[str, Any], req: CompareRequest) -> str:
     """specwhisper's speculative loop with the run's request (our engine where it ran
     transformers'), its install line and the γ schedule it used."""
@@ -61,12 +70,13 @@ def loop_snippet(result: Mapping[str, Any], req: CompareRequest) -> str:
     arguments = [
         f"    {f.name}={literal(getattr(request, f.name))},"
         for f in dataclasses.fields(request)
-        if f.name != "repeats"
+        if f.name not in ("repeats", "loop_alone")  # timing settings: one decode here
         and (f.name in shown or getattr(request, f.name) != getattr(default, f.name))
     ]
     lines = [
         "# 2. This run in specwhisper's own speculative loop (the speculative column), with the",
         f"#    run's settings. Install: {OURS_INSTALL}",
+        *LEANER_LOOP,
     ]
     if result["engine"] != "specwhisper":
         lines.append("#    The run itself used transformers' assisted loop: snippet 1.")

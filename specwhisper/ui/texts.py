@@ -72,6 +72,12 @@ ENGINE_INFO = (
     "transformers' assisted generation with a full Whisper assistant: 30 s or less, no "
     "timestamps (it stops after the first segment there)"
 )
+LOOP_ALONE_LABEL = "Also time our loop without drafting"
+LOOP_ALONE_INFO = (
+    "One more side in the same timed rounds: our loop at γ 0, one main pass per token as plain "
+    "generate makes. The verdict then splits the speed-up into our loop's own gain and "
+    "drafting's (our engine only; about one more baseline run per repeat)."
+)
 TEMPERATURE_INFO = (
     "0: greedy, token for token. Above 0 both sides sample: the same distribution, not the "
     "same tokens."

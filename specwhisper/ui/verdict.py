@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from specwhisper.compare import SAMPLING_NOTE
-from specwhisper.ui.texts import BF16_ENCODER_QUALITY
+from specwhisper.ui.texts import BF16_ENCODER_QUALITY, LOOP_ALONE_LABEL
 from specwhisper.ui.timebars import bound_line, render_time_bars, spread_note
 from specwhisper.ui.tokens import text_of
 
@@ -60,6 +60,7 @@ def render_verdict(result: Mapping[str, Any], pieces: Mapping[int, str]) -> str:
         f'<div style="font-size: 1.05em; margin-bottom: 10px">{_sameness(result, pieces)}</div>'
         + (f'<div style="margin-bottom: 10px">{html.escape(precision)}</div>' if precision else "")
         + _speedup_headline(result)
+        + _attribution(result)
         + f'<div style="margin: 4px 0 10px">{html.escape(bound_line(result))}</div>'
         + (render_time_bars(result) if "encoder_s" in result["baseline"] else "")
         + f'<div style="opacity: 0.85; margin-top: 10px">{predicted}</div>'
@@ -91,6 +92,36 @@ def _speedup_headline(result: Mapping[str, Any]) -> str:
         f'<span style="font-size: 1.2em">{html.escape(beside)}</span>'
         f'<span style="font-size: 1.2em; font-weight: 700">{passes}</span></div>'
     )
+
+
+def attribution_line(result: Mapping[str, Any]) -> str:
+    """How much of our column's speed-up is drafting: split by the run's own timed γ-0 side
+    when it ran, else said to include our loop's own gain (empty for transformers' engine,
+    whose loop is generate's own)."""
+    if result.get("engine", "specwhisper") != "specwhisper":
+        return ""
+    alone = result.get("loop_alone")
+    if alone is not None:
+        loop, drafting = result["loop_alone_speedup"], result["speculative_speedup_over_loop_alone"]
+        same = "" if alone.get("identical", True) else " (its tokens differ: see the JSON)"
+        return (
+            f"Split, measured in this run's timed rounds: our loop without drafting (γ 0, one "
+            f"main pass per token as plain generate makes, {alone['time_s']:.3f} s{same}) is "
+            f"{loop:.2f}× the baseline, and drafting makes it {drafting:.2f}× faster again: "
+            f"{loop:.2f}× × {drafting:.2f}× = {result['speedup']:.2f}×."
+        )
+    if result.get("gamma") == 0:
+        return "Nothing was drafted (γ 0): this speed-up is our leaner loop's alone."
+    return (
+        "This is our speculative loop against plain generate: the speed-up includes our leaner "
+        f"loop's own gain, not only drafting's. Tick \"{LOOP_ALONE_LABEL}\" (Advanced) to "
+        "split it."
+    )
+
+
+def _attribution(result: Mapping[str, Any]) -> str:
+    line = attribution_line(result)
+    return f'<div style="margin: 4px 0">{html.escape(line)}</div>' if line else ""
 
 
 def render_error(message: str) -> str:
@@ -212,6 +243,8 @@ def render_side(result: Mapping[str, Any], side: str) -> str:
     ]
     if side == "speculative":
         title, what = "Speculative", f"{result['main']} + {result['assistant']} drafting"
+        if result.get("engine", "specwhisper") == "specwhisper":
+            what += ", in our speculative loop"
         rows += [
             (
                 "Acceptance rate",
