@@ -49,9 +49,6 @@ os.environ["HF_HUB_OFFLINE"] = "1"
 
 import torch  # noqa: E402
 
-from specwhisper import loading
-from specwhisper.ui import zerogpu
-
 
 def _no_driver() -> None:
     raise RuntimeError("Found no NVIDIA driver on your system.")  # a CUDA build's words
@@ -143,8 +140,9 @@ def main() -> None:
     models_dir, audio, out = sys.argv[1:4]
     os.environ["SPECWHISPER_MODELS"] = models_dir
 
-    from specwhisper import compare
+    from specwhisper import compare, loading
     from specwhisper.compare import CompareRequest
+    from specwhisper.ui import zerogpu
     from specwhisper.ui.batch_mode import run_batch
     from specwhisper.ui.choices import default_pair
     from specwhisper.ui.handlers import on_compare, run_compare
