@@ -23,8 +23,6 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from specwhisper import checkpoints, loading
-
 FLUSH = torch.empty(16 * 2**20)  # 64 MB, written before each call
 
 
@@ -58,7 +56,7 @@ def random_matrix() -> None:
 
 def model_matrix(name: str) -> None:
     sys.path.insert(0, str(Path.cwd()))  # run from a checkout's root: import its specwhisper
-    from specwhisper import loop
+    from specwhisper import checkpoints, loading, loop
 
     model = loading.CACHE.get(checkpoints.resolve(name), torch.device("cpu"), torch.float32).model
     loop.projection(model)  # builds the [D, V] copy and the blocks the loop uses
