@@ -25,7 +25,7 @@ import torch
 
 from specwhisper import compare
 from specwhisper.audio import AudioError, AudioLimits, load_audio
-from specwhisper.compare import CompareRequest
+from specwhisper.compare import DEFAULTS, CompareRequest
 from specwhisper.ui import zerogpu
 from specwhisper.ui.api import compare_request
 from specwhisper.ui.choices import reference_for
@@ -58,17 +58,17 @@ def run_compare(
     task: str,
     main: str,
     assistant: str,
-    gamma: int = 5,
-    gamma_schedule: str = "adaptive",
-    repeats: int = 3,
-    dtype: str = "auto",
-    timestamps: bool = False,
-    engine: str = "specwhisper",
-    temperature: float = 0.0,
-    seed: int = 0,
-    fallback: bool = False,
-    encoder_dtype: str = "auto",
-    reference: str = "",
+    gamma: int = DEFAULTS.gamma,
+    gamma_schedule: str = DEFAULTS.gamma_schedule,
+    repeats: int = DEFAULTS.repeats,
+    dtype: str = DEFAULTS.dtype,
+    timestamps: bool = DEFAULTS.timestamps,
+    engine: str = DEFAULTS.engine,
+    temperature: float = DEFAULTS.temperature,
+    seed: int = DEFAULTS.seed,
+    fallback: bool = DEFAULTS.fallback,
+    encoder_dtype: str = DEFAULTS.encoder_dtype,
+    reference: str = DEFAULTS.reference,
     progress: gr.Progress = gr.Progress(),  # noqa: B008 - gradio's way to ask for a progress bar
 ) -> dict[str, Any]:
     """Transcribe an audio file with Whisper alone (greedy) and with an assistant model drafting
