@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 import torch
 
-from specwhisper import batch, batch_loop, batch_mode, checkpoints, drafters, int8_forward, loading
+from specwhisper import batch_loop, batch_mode, checkpoints, drafters, int8_forward, loading
 from specwhisper.audio import chunks
 from specwhisper.compare import CompareError
 from specwhisper.loop import step_tokens
@@ -188,9 +188,9 @@ def test_batched_int8_draft_computes_the_batch_of_one_draft(pair, rows, cross, m
         main.model.model.decoder(input_ids=ids, encoder_hidden_states=states, past_key_values=cache)
         draft = drafts[checkpoints.SELF_INT8]
         together = batch_loop.Int8BatchDrafter(draft, suppress, eos, states, None, cache)
-        first = together._forward([before[r] for r in rows])
+        first = together.next_logits([before[r] for r in rows])
         together.accept([kept[r] for r in rows])
-        second = together._forward([after[r] for r in rows])
+        second = together.next_logits([after[r] for r in rows])
         for i, r in enumerate(rows[:2]):
             one_cache = batch_loop.empty_cache()
             one = states[i : i + 1]
@@ -200,10 +200,10 @@ def test_batched_int8_draft_computes_the_batch_of_one_draft(pair, rows, cross, m
             alone = drafters.Int8SelfDrafter(draft, suppress, eos)
             alone.begin(one, one_cache, None)
             close = dict(rtol=1e-4, atol=1e-4)
-            torch.testing.assert_close(first[i], alone._forward(before[r]), **close)
+            torch.testing.assert_close(first[i], alone.next_logits(before[r]), **close)
             alone.accept(kept[r])
             if after[r]:
-                torch.testing.assert_close(second[i], alone._forward(after[r]), **close)
+                torch.testing.assert_close(second[i], alone.next_logits(after[r]), **close)
 
 
 def test_schedule_pools_the_rows_of_a_batch():
@@ -254,7 +254,7 @@ def test_sweep_reuses_batch_size_one_and_stitches_recordings(pair, monkeypatch):
     rows = batch_mode.cut_rows(recordings)
     calls: list[tuple[int, int]] = []  # (batch size being compared, rows in the call)
     size_now = [0]
-    decode_baseline = batch.decode_batch_baseline
+    decode_baseline = batch_mode.decode_batch_baseline
 
     def counted(main, features, max_new_tokens=None):
         calls.append((size_now[0], features.input_features.shape[0]))
@@ -263,7 +263,7 @@ def test_sweep_reuses_batch_size_one_and_stitches_recordings(pair, monkeypatch):
     def on_batch(size: int, i: int, n: int) -> None:
         size_now[0] = size
 
-    monkeypatch.setattr(batch, "decode_batch_baseline", counted)
+    monkeypatch.setattr(batch_mode, "decode_batch_baseline", counted)
     options = dict(repeats=1, warmup=0, max_new_tokens=20, on_batch=on_batch)
     results = list(batch_mode.sweep(main, drafts[checkpoints.SELF_INT8], rows, [2, 1], **options))
     assert [r.batch_size for r in results] == [1, 2]

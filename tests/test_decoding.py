@@ -189,19 +189,19 @@ def test_lean_self_int8_drafter_computes_the_draft_model(loaded, monkeypatch):
 
         # A chunk, then one token at a time. A chunk's own logits are not compared: the draft
         # model projects every position (one activation scale for all), ours only the last.
-        drafter._forward(ids[:4])
+        drafter.next_logits(ids[:4])
         theirs(ids[:4])
         for t in ids[4:]:
-            ours = drafter._forward([t])
+            ours = drafter.next_logits([t])
             torch.testing.assert_close(ours, theirs([t]), rtol=1e-4, atol=1e-4)
         # Rolled back to 5 tokens, it continues as if the later ones had never been fed: a
         # chunk after the start (causal mask offset), then single tokens again.
         drafter.accept(5)
         drafters.crop_cache(theirs_cache.self_attention_cache, 5)
-        drafter._forward([77, 12, 8])
+        drafter.next_logits([77, 12, 8])
         theirs([77, 12, 8])
         for t in (40, 2):
-            torch.testing.assert_close(drafter._forward([t]), theirs([t]), rtol=1e-4, atol=1e-4)
+            torch.testing.assert_close(drafter.next_logits([t]), theirs([t]), rtol=1e-4, atol=1e-4)
 
 
 def _lean_logits(main, draft, cross: str, monkeypatch) -> list[torch.Tensor]:
@@ -219,10 +219,10 @@ def _lean_logits(main, draft, cross: str, monkeypatch) -> list[torch.Tensor]:
         )
         drafter = drafters.make_drafter(main, draft)
         drafter.begin(encoder, cache, features.input_features)
-        logits = [drafter._forward([5, 17, 42, 99])]
-        logits += [drafter._forward([t]) for t in (7, 256, 31)]
+        logits = [drafter.next_logits([5, 17, 42, 99])]
+        logits += [drafter.next_logits([t]) for t in (7, 256, 31)]
         drafter.accept(5)
-        return [*logits, drafter._forward([77, 12, 8]), drafter._forward([40])]
+        return [*logits, drafter.next_logits([77, 12, 8]), drafter.next_logits([40])]
 
 
 @pytest.mark.parametrize("shape", [(6, 3, 16), (2, 6, 3, 16)])  # [H, T, Dh] and [B, H, T, Dh]
