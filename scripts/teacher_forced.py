@@ -56,12 +56,12 @@ def collect(limit: int | None) -> list[dict]:
             )
             d = drafters.make_drafter(main, draft)
             d.begin(enc, cache, feats.input_features)
-            logits, pred, conf = d._forward(prompt), [], []
+            logits, pred, conf = d.next_logits(prompt), [], []
             for token in true:  # the draft's greedy token and its probability, given the prefix
                 p = torch.softmax(logits.masked_fill(d.suppress, -math.inf).float(), -1)
                 pred.append(int(p.argmax()))
                 conf.append(float(p.max()))
-                logits = d._forward([token])
+                logits = d.next_logits([token])
         result.append(dict(name=clip.name, lang=clip.language, true=true, pred=pred, conf=conf))
     return result
 

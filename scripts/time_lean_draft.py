@@ -84,7 +84,7 @@ def main() -> None:
         )
         for d in variants.values():
             d.begin(enc, cache, feats.input_features)
-            d._forward(ids)  # every position of the clip's tokens in the cache
+            d.next_logits(ids)  # every position of the clip's tokens in the cache
         for r in range(args.warmup + args.rounds):
             n = len(PROMPT) + 1 + r % (len(TEXT) - 1)  # tokens so far: the last is not fed
             order = list(variants) if r % 2 == 0 else list(variants)[::-1]
@@ -97,7 +97,7 @@ def main() -> None:
                 t1 = time.perf_counter()
                 d.accept(n - 1)
                 t2 = time.perf_counter()
-                logits[name] = d._forward(ids[n - 1 : n])
+                logits[name] = d.next_logits(ids[n - 1 : n])
                 t3 = time.perf_counter()
                 if r >= args.warmup:
                     steps[name].append(t1 - t0)

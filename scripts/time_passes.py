@@ -58,13 +58,13 @@ def main() -> None:
         )
         d = drafters.make_drafter(main, draft)
         d.begin(enc, cache, feats.input_features)
-        d._forward(PROMPT)
+        d.next_logits(PROMPT)
         forwards = {1: [], 2: []}
         for _ in range(40):
             for k in (1, 2):
                 d.accept(4)
                 t0 = time.perf_counter()
-                d._forward(ids[4 : 4 + k])
+                d.next_logits(ids[4 : 4 + k])
                 forwards[k].append(time.perf_counter() - t0)
         print(
             "draft forward, ms by tokens:",

@@ -26,6 +26,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from specwhisper import metrics
 from specwhisper.audio import SAMPLE_RATE
 from specwhisper.checkpoints import SELF_INT8
 from specwhisper.decoding import WINDOW_S, n_prompt_tokens
@@ -40,7 +41,7 @@ from specwhisper.loop import (
     projection,
     step_tokens,
 )
-from specwhisper.schedule import GammaSchedule, draft_stops_early
+from specwhisper.schedule import DEFAULT_GAMMA, GammaSchedule, draft_stops_early
 from specwhisper.timing import ForwardMeter, clock, timed
 
 BATCH_ONLY_GREEDY = (
@@ -136,7 +137,7 @@ def empty_cache() -> Any:
 
 class BatchLogitsDrafter:
     """Shared greedy proposing for batched drafters: subclasses keep `held` (tokens each row
-    has in the draft's cache) and give `_forward(feed) -> [B, V]`, the logits after each row's
+    has in the draft's cache) and give `next_logits(feed) -> [B, V]`, the logits after each row's
     last fed token (any row for a row fed nothing)."""
 
     suppress: torch.Tensor  # [V] bool: never proposed
@@ -145,7 +146,7 @@ class BatchLogitsDrafter:
     def held(self) -> list[int]:
         raise NotImplementedError
 
-    def _forward(self, feed: list[list[int]]) -> torch.Tensor:
+    def next_logits(self, feed: list[list[int]]) -> torch.Tensor:
         raise NotImplementedError
 
     @torch.inference_mode()
@@ -155,7 +156,7 @@ class BatchLogitsDrafter:
         feed = [row[h:] if k > 0 else [] for row, h, k in zip(tokens, self.held(), n, strict=True)]
         drafted: list[list[int]] = [[] for _ in tokens]
         while any(feed):
-            logits = self._forward(feed).float().masked_fill(self.suppress, -torch.inf)
+            logits = self.next_logits(feed).float().masked_fill(self.suppress, -torch.inf)
             choice = logits.argmax(-1).tolist()
             fed, feed = feed, [[] for _ in tokens]
             for b in range(len(tokens)):
@@ -196,7 +197,7 @@ class BatchDrafter(BatchLogitsDrafter):
     def held(self) -> list[int]:
         return self.ragged.length.tolist()
 
-    def _forward(self, feed: list[list[int]]) -> torch.Tensor:
+    def next_logits(self, feed: list[list[int]]) -> torch.Tensor:
         hidden = self.ragged.feed(feed)  # [B, K, D]
         last = torch.tensor([max(len(f), 1) - 1 for f in feed], device=hidden.device)
         return self.project(hidden[torch.arange(len(feed)), last])  # [B, V]
@@ -237,7 +238,7 @@ class Int8BatchDrafter(BatchLogitsDrafter):
     def held(self) -> list[int]:
         return self.n.tolist()
 
-    def _forward(self, feed: list[list[int]]) -> torch.Tensor:
+    def next_logits(self, feed: list[list[int]]) -> torch.Tensor:
         logits = lean_forward(self.w, self.k, self.v, self.cross, feed, self.held())
         self.n = self.n + torch.tensor([len(row) for row in feed])
         return logits
@@ -402,7 +403,7 @@ class BatchResult:
 
     @property
     def acceptance_rate(self) -> float:
-        return self.n_accepted / self.n_draft_tokens if self.n_draft_tokens else 0.0
+        return metrics.acceptance_rate([self])
 
 
 @dataclass(frozen=True)
@@ -483,7 +484,7 @@ def decode_batch_speculative(
     assistant: Loaded,
     batch: BatchFeatures,
     *,
-    gamma: int = 5,
+    gamma: int = DEFAULT_GAMMA,
     gamma_schedule: str = "adaptive",
     max_gamma: int = 12,
     max_new_tokens: int | None = None,

@@ -22,9 +22,10 @@ from typing import Any
 import numpy as np
 import torch
 
+from specwhisper import metrics
 from specwhisper.audio import SAMPLE_RATE, chunks
 from specwhisper.batch_loop import decode_batch_baseline, decode_batch_speculative, prepare_batch
-from specwhisper.compare import CompareError
+from specwhisper.compare import DEFAULTS, CompareError
 from specwhisper.decoding import WINDOW_S, first_divergence
 from specwhisper.loading import Loaded
 from specwhisper.timing import alternate
@@ -136,7 +137,7 @@ class BatchComparison:
 
     @property
     def speedup(self) -> float:
-        return self.baseline_s / self.speculative_s if self.speculative_s else 0.0
+        return metrics.times_faster(self.baseline_s, self.speculative_s)
 
     @property
     def n_identical_rows(self) -> int:
@@ -144,7 +145,7 @@ class BatchComparison:
 
     @property
     def acceptance_rate(self) -> float:
-        return self.n_accepted / self.n_draft_tokens if self.n_draft_tokens else 0.0
+        return metrics.acceptance_rate([self])
 
     @property
     def batch_of_one_tally(self) -> str | None:
@@ -180,10 +181,10 @@ def compare_batches(
     languages: Sequence[str | None],
     batch_size: int,
     *,
-    repeats: int = 3,
+    repeats: int = DEFAULTS.repeats,
     warmup: int = 1,
-    gamma: int = 5,
-    gamma_schedule: str = "adaptive",
+    gamma: int = DEFAULTS.gamma,
+    gamma_schedule: str = DEFAULTS.gamma_schedule,
     max_new_tokens: int | None = None,
     check_batch_of_one: bool = False,
     batch_of_one: Sequence[tuple[int, ...]] | None = None,
@@ -247,10 +248,10 @@ def sweep(
     rows: Rows,
     sizes: Iterable[int],
     *,
-    repeats: int = 3,
+    repeats: int = DEFAULTS.repeats,
     warmup: int = 1,
-    gamma: int = 5,
-    gamma_schedule: str = "adaptive",
+    gamma: int = DEFAULTS.gamma,
+    gamma_schedule: str = DEFAULTS.gamma_schedule,
     max_new_tokens: int | None = None,
     on_batch: Callable[[int, int, int], None] | None = None,
 ) -> Iterator[BatchComparison]:

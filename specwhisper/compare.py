@@ -24,6 +24,7 @@ import torch
 from specwhisper import checkpoints, decoding, drafters, loading, metrics, reference
 from specwhisper.audio import SAMPLE_RATE
 from specwhisper.decoding import DecodeOptions, DecodeResult, Features
+from specwhisper.schedule import DEFAULT_GAMMA
 from specwhisper.timing import Timings, alternate, device_name
 
 Progress = Callable[[float, str], None]  # (fraction done, what is happening)
@@ -42,7 +43,7 @@ class CompareRequest:
     assistant: str  # checkpoint id, local folder name, or "self-int8"
     language: str = "auto"  # "auto", a Whisper code ("fr") or a name ("French")
     task: str = "transcribe"  # "transcribe" | "translate"
-    gamma: int = 5  # draft tokens per step (start value for adaptive schedules)
+    gamma: int = DEFAULT_GAMMA  # draft tokens per step (start value for adaptive schedules)
     gamma_schedule: str = "adaptive"  # adaptive | constant | heuristic
     repeats: int = 3  # timed repeats per side, after one warm-up
     dtype: str = "auto"  # auto: fp16 on GPU, fp32 on CPU
@@ -61,6 +62,11 @@ class CompareRequest:
     def decoding(self) -> str:
         """ "greedy", "sampling" or "fallback": what "identical" can promise."""
         return "fallback" if self.fallback else "sampling" if self.temperature > 0 else "greedy"
+
+
+# A request with nothing picked but the pair: where the API, the page's form, the handler's
+# signature, batch mode and the bench's flags take their defaults, so they cannot drift apart.
+DEFAULTS = CompareRequest(main="", assistant="")
 
 
 MAX_TEMPERATURE = 2.0  # the page, the API and the bench refuse hotter sampling
@@ -391,7 +397,7 @@ def side_json(
         "time_s": round(run.time_s, 4),
         "times_s": [round(t, 4) for t in times_s],
         "n_tokens": run.n_tokens,
-        "tokens_per_s": round(run.n_tokens / run.time_s, 2) if run.time_s else 0.0,
+        "tokens_per_s": round(metrics.per_second(run.n_tokens, run.time_s), 2),
         "n_main_forwards": run.n_main_forwards,
         "n_windows": run.n_windows,
         "engine": run.engine,

@@ -30,7 +30,7 @@ from specwhisper.audio import SAMPLE_RATE
 from specwhisper.drafters import make_drafter
 from specwhisper.loading import Loaded
 from specwhisper.loop import DraftStep, LoopStats, own_loop
-from specwhisper.schedule import SCHEDULES, GammaSchedule
+from specwhisper.schedule import DEFAULT_GAMMA, SCHEDULES, GammaSchedule
 from specwhisper.timing import ForwardMeter, clock, timed
 
 ENGINES = ("specwhisper", "transformers")
@@ -61,7 +61,7 @@ class DecodeOptions:
     language: str | None = None  # Whisper code ("en"); None = auto-detect (multilingual mains)
     task: str | None = None  # "transcribe" | "translate"; None for English-only mains
     return_timestamps: bool = False  # segment timestamps; always on for audio over 30 s
-    gamma: int = 5  # draft tokens per step (the start value for adaptive/heuristic schedules)
+    gamma: int = DEFAULT_GAMMA  # draft tokens per step (where adaptive/heuristic schedules start)
     gamma_schedule: str = "adaptive"  # adaptive (Leviathan cost model), constant, heuristic
     max_gamma: int = 12  # the adaptive schedule never drafts more than this
     engine: str = "specwhisper"  # speculative engine: our loop, or transformers' assisted loop

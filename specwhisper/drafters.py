@@ -77,7 +77,7 @@ def probability(logits: torch.Tensor, token: int) -> float:
 
 class LogitsDrafter:
     """Proposing and sampling shared by the batch-of-one drafters: subclasses give
-    `_forward(ids) -> [V]`, the next-token logits after feeding `ids`, and keep `n` (tokens in
+    `next_logits(ids) -> [V]`, the next-token logits after feeding `ids`, and keep `n` (tokens in
     their cache), `max_len`, `suppress` ([V] bool, never proposed) and `eos` (end-of-text ids:
     a draft stops after proposing one, since nothing follows it)."""
 
@@ -86,7 +86,7 @@ class LogitsDrafter:
     suppress: torch.Tensor
     eos: frozenset[int]
 
-    def _forward(self, ids: list[int]) -> torch.Tensor:
+    def next_logits(self, ids: list[int]) -> torch.Tensor:
         raise NotImplementedError
 
     def propose(self, tokens: list[int], n: int, stop_below: float = 0.0) -> list[int]:
@@ -94,7 +94,7 @@ class LogitsDrafter:
         drafted: list[int] = []
         if n <= 0:
             return drafted
-        logits = self._forward(tokens[self.n :])  # catch up on tokens the main added
+        logits = self.next_logits(tokens[self.n :])  # catch up on tokens the main added
         for _ in range(n):
             masked = logits.masked_fill(self.suppress, -math.inf)  # [V]
             token = int(masked.argmax())
@@ -104,7 +104,7 @@ class LogitsDrafter:
             # unsure: the main likely rejects it, and a draft token after it is wasted work
             if stop_below > 0 and probability(masked, token) < stop_below:
                 break
-            logits = self._forward([token])
+            logits = self.next_logits([token])
         return drafted
 
     def sample(
@@ -115,7 +115,7 @@ class LogitsDrafter:
         rows: list[torch.Tensor] = []
         if n <= 0:
             return drafted, torch.empty(0)
-        logits = self._forward(tokens[self.n :])
+        logits = self.next_logits(tokens[self.n :])
         for _ in range(n):
             masked = logits.float().masked_fill(self.suppress.to(logits.device), -math.inf)
             q = torch.softmax(process([*tokens, *drafted], masked[None])[0], dim=-1)
@@ -124,7 +124,7 @@ class LogitsDrafter:
             rows.append(q)
             if token in self.eos or len(drafted) == n:
                 break
-            logits = self._forward([token])
+            logits = self.next_logits([token])
         return drafted, torch.stack(rows)
 
 
@@ -217,7 +217,7 @@ class Int8SelfDrafter(LogitsDrafter):
         self.cross = main_cross_keys_values(cache)  # once per window
         self.n = 0
 
-    def _forward(self, ids: list[int]) -> torch.Tensor:
+    def next_logits(self, ids: list[int]) -> torch.Tensor:
         """Feed ids at positions n.. n+len(ids); return last-position logits [V]."""
         logits = lean_forward(self.w, self.k, self.v, self.cross, [ids], [self.n])
         self.n += len(ids)
@@ -257,7 +257,7 @@ class HFDrafter(LogitsDrafter):
         self.n = 0
 
     @torch.inference_mode()
-    def _forward(self, ids: list[int]) -> torch.Tensor:
+    def next_logits(self, ids: list[int]) -> torch.Tensor:
         ids_t = torch.tensor([ids], device=self.device)
         if self.decoder_only:
             out = self.model(

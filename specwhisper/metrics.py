@@ -2,21 +2,57 @@
 Leviathan et al.'s predicted speed-ups, as pure functions over decoding runs.
 
 Every function takes lists of runs, so one clip (lists of one) and a whole benchmark (every
-clip's runs of one side, pooled) use the same formulas. The page's API, the benchmark's totals
-and the tests read them here. It runs nothing and times nothing: the runs come from decoding,
-through compare.
+clip's runs of one side, pooled) use the same formulas. The page's API, the benchmark's totals,
+batch mode and the tests read them here. It runs nothing and times nothing, and imports nothing
+from specwhisper: a run is anything with the fields below (decoding.DecodeResult, a batch's
+result), read by name.
 """
 
 from __future__ import annotations
 
 import statistics
 from collections.abc import Sequence
-from typing import TYPE_CHECKING
+from typing import Protocol
 
-if TYPE_CHECKING:
-    from specwhisper.decoding import DecodeResult
 
-Runs = Sequence["DecodeResult"]  # one clip's run of a side, or every clip's runs of it
+class Drafted(Protocol):
+    """A run's draft counts: a batch's result has these and no more."""
+
+    @property
+    def n_draft_tokens(self) -> int: ...  # tokens the drafter proposed
+    @property
+    def n_accepted(self) -> int: ...  # of them, kept by the main model
+
+
+class Step(Protocol):
+    """One speculative step."""
+
+    @property
+    def drafted(self) -> Sequence[int]: ...
+    @property
+    def n_accepted(self) -> int: ...
+
+
+class Run(Drafted, Protocol):
+    """One decoding run (decoding.DecodeResult): its time, counts, steps and metered parts."""
+
+    @property
+    def time_s(self) -> float: ...
+    @property
+    def n_tokens(self) -> int: ...
+    @property
+    def n_main_forwards(self) -> int: ...
+    @property
+    def steps(self) -> Sequence[Step]: ...
+    @property
+    def main_forward_s(self) -> float: ...
+    @property
+    def draft_s(self) -> float: ...
+    @property
+    def encoder_s(self) -> float: ...
+
+
+Runs = Sequence[Run]  # one clip's run of a side, or every clip's runs of it
 
 
 def ratio(slower_s: float, faster_s: float) -> float | None:
@@ -27,11 +63,20 @@ def ratio(slower_s: float, faster_s: float) -> float | None:
 
 def speedup(baseline: Runs, speculative: Runs) -> float:
     """Baseline time over speculative time, times summed over the runs (0 when unmeasured)."""
-    spec_s = sum(r.time_s for r in speculative)
-    return sum(r.time_s for r in baseline) / spec_s if spec_s else 0.0
+    return times_faster(sum(r.time_s for r in baseline), sum(r.time_s for r in speculative))
 
 
-def acceptance_rate(runs: Runs) -> float:
+def times_faster(slower_s: float, faster_s: float) -> float:
+    """`ratio`, 0 when the subject's time is unmeasured: a speed-up that is always a number."""
+    return ratio(slower_s, faster_s) or 0.0
+
+
+def per_second(count: int, time_s: float) -> float:
+    """A count per second of `time_s` (tokens/s), 0 when the time is unmeasured."""
+    return count / time_s if time_s else 0.0
+
+
+def acceptance_rate(runs: Sequence[Drafted]) -> float:
     """Accepted draft tokens over drafted ones."""
     drafted = sum(r.n_draft_tokens for r in runs)
     return sum(r.n_accepted for r in runs) / drafted if drafted else 0.0

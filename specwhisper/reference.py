@@ -363,7 +363,7 @@ class ReferenceResult:
     @property
     def speedup(self) -> float:
         """Baseline time over the reference's: above 1, faster-whisper beat the baseline."""
-        return metrics.ratio(self.baseline_time_s, self.time_s) or 0.0
+        return metrics.times_faster(self.baseline_time_s, self.time_s)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -381,7 +381,7 @@ class ReferenceResult:
             "time_s": round(self.time_s, 4),
             "times_s": [round(t, 4) for t in self.times_s],
             "n_tokens": self.n_tokens,
-            "tokens_per_s": round(self.n_tokens / self.time_s, 2) if self.time_s else 0.0,
+            "tokens_per_s": round(metrics.per_second(self.n_tokens, self.time_s), 2),
             "speedup": round(self.speedup, 4),
             "load_time_s": round(self.load_time_s, 3),
             "identical": self.same_tokens,

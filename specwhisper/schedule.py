@@ -14,6 +14,9 @@ from collections import deque
 from dataclasses import dataclass, field
 
 SCHEDULES = ("adaptive", "constant", "heuristic")
+# Draft tokens per step, where nobody picks it (the adaptive schedules start there): the one
+# home of the default gamma, which compare.CompareRequest and every layer above it read.
+DEFAULT_GAMMA = 5
 
 # The adaptive schedule's greedy draft stops after a token it gives less than this probability:
 # a rejection is likely there (teacher-forced over the 95 one-window shared clips, whisper-base's
@@ -70,7 +73,7 @@ class GammaSchedule:
     """
 
     kind: str = "adaptive"
-    gamma: int = 5
+    gamma: int = DEFAULT_GAMMA
     max_gamma: int = 12
     # main passes without drafting before a probe: 24 left a clip undrafted for most of its
     # tokens after a few early rejections (BENCHMARKS.md#lever-schedule)

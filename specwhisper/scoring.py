@@ -53,8 +53,5 @@ def text_normalizer(
 
 def word_error_rate(reference: str, hypothesis: str, language: str | None) -> float | None:
     """WER of one transcript against a reference text, both normalized; None without one."""
-    import jiwer
-
     normalize = text_normalizer(language)
-    truth = normalize(reference)
-    return float(jiwer.wer(truth, normalize(hypothesis))) if truth else None
+    return wer([(normalize(reference), normalize(hypothesis))])

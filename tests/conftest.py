@@ -145,3 +145,24 @@ def served(demo: Any, **options: Any) -> Iterator[str]:
         yield f"http://127.0.0.1:{port}/"
     finally:
         demo.close()
+
+
+@pytest.fixture(scope="module")
+def loaded(tiny_models: Path) -> tuple[Any, dict[str, Any]]:
+    """The tiny main and every kind of assistant for it (tiny.ASSISTANTS), loaded on the CPU
+    in fp32: (main, {assistant name: loaded})."""
+    import torch
+    from tiny import ASSISTANTS
+
+    from specwhisper import checkpoints, drafters, loading
+
+    cache = loading.ModelCache(capacity=8)
+    cpu, fp32 = torch.device("cpu"), torch.float32
+
+    def load(name: str) -> Any:
+        return cache.get(checkpoints._local_checkpoint(tiny_models / name), cpu, fp32)
+
+    main = load("tiny-random-a")
+    drafts = {name: load(name) for name in ASSISTANTS if name != checkpoints.SELF_INT8}
+    drafts[checkpoints.SELF_INT8] = drafters.self_int8(main, cache)
+    return main, drafts

@@ -11,6 +11,7 @@ import gradio as gr
 import numpy as np
 import pytest
 from conftest import served
+from results import synthetic_result
 
 from specwhisper import checkpoints, compare
 from specwhisper.compare import CompareRequest
@@ -19,8 +20,7 @@ from specwhisper.ui.api import API_FIELDS, compare_request
 from specwhisper.ui.batch_mode import on_batch, run_batch
 from specwhisper.ui.choices import TURBO, default_pair, on_main_change, reference_for
 from specwhisper.ui.errors import GENERIC_ERROR
-from specwhisper.ui.exports import JsonFiles, markdown_table
-from specwhisper.ui.figure import audio_figure
+from specwhisper.ui.exports import markdown_table
 from specwhisper.ui.handlers import Shown, on_compare, run_compare
 from specwhisper.ui.layout import build_demo
 from specwhisper.ui.snippet import reproduce_snippet
@@ -29,13 +29,8 @@ from specwhisper.ui.texts import APP_DIR, shown_path
 from specwhisper.ui.tokens import (
     ORIGINS,
     STEP_COLUMNS,
-    draft_tokens,
-    result_token_ids,
-    steps_frame,
-    token_origins,
-    token_pieces,
 )
-from specwhisper.ui.verdict import precision_note, render_side, render_verdict
+from specwhisper.ui.verdict import render_verdict
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
 ROOT = Path(__file__).resolve().parents[1]
@@ -56,69 +51,6 @@ def choice_values(component: dict) -> list[str]:
     return [value for _, value in component["choices"]]
 
 
-def synthetic_result(**changes) -> dict:
-    """A compare result as the API returns it, small enough to read."""
-    base = {
-        "text": "ask not what",
-        "token_ids": [1, 2, 3],  # generated tokens: no prompt, no end-of-text
-        "time_s": 2.0,
-        "times_s": [2.1, 2.0, 1.9],
-        "n_tokens": 3,
-        "tokens_per_s": 2.0,
-        "n_main_forwards": 5,
-        "n_windows": 1,
-        "engine": "generate",
-    }
-    spec = base | {
-        "time_s": 1.0,
-        "times_s": [1.0, 1.1, 0.9],
-        "tokens_per_s": 4.0,
-        "n_main_forwards": 2,
-        "engine": "specwhisper",
-        "acceptance_rate": 0.667,
-        "tokens_per_main_forward": 1.5,
-        "n_draft_tokens": 3,
-        "n_accepted": 2,
-        # Prefill gives token 1 (a step with no draft); step 2 drafts 2, 3, 9 and keeps 2, 3,
-        # then the main says end-of-text (51) instead of 9.
-        "steps": [
-            {"drafted": [], "n_accepted": 0, "main_token": 1},
-            {"drafted": [2, 3, 9], "n_accepted": 2, "main_token": 51},
-        ],
-    }
-    result = {
-        "baseline": base,
-        "speculative": spec,
-        "identical": True,
-        "first_divergence": None,
-        "speedup": 2.0,
-        "predicted_speedup": 2.4,
-        "predicted_end_to_end": 1.8,
-        "cost_ratio": 0.1,
-        "mean_gamma": 3.0,
-        "main": "whisper-base (local)",
-        "assistant": "self-int8",
-        "device": "cpu (2 threads)",
-        "dtype": "float32",
-        "engine": "specwhisper",
-        "repeats": 3,
-        "timing": "median of 3 after warm-up, device synchronized",
-        "load_time_s": 0.0,
-        "duration_s": 11.0,
-        "language": "auto",
-        "task": "transcribe",
-        "audio_notes": [],
-    }
-    for key, value in changes.items():
-        if key in ("baseline", "speculative"):
-            result[key] = result[key] | value
-        else:
-            result[key] = value
-    return result
-
-
-PIECES = {50: "<|startoftranscript|>", 1: "ask", 2: " not", 3: " what", 9: " who", 7: " your"}
-PIECES[51] = "<|endoftext|>"
 LABELS = {label for _, label in ORIGINS.values()}
 
 
@@ -355,169 +287,10 @@ def test_person_readable_errors_and_a_generic_one_for_the_rest(tiny_app, monkeyp
 # --- rendering ------------------------------------------------------------------------------
 
 
-def test_identical_badge_speedup_and_prediction():
-    html = render_verdict(synthetic_result(load_time_s=7.25), PIECES)
-    assert "IDENTICAL" in html and "MISMATCH" not in html
-    assert "2.00×" in html and "faster" in html
-    assert "Predicted: <b>1.80×</b> end to end" in html  # what is timed
-    assert "decoding loop alone would gain 2.40×" in html  # Leviathan's figure
-    assert "Models loaded in 7.2 s (not included in timings)" in html
-    cached = render_verdict(synthetic_result(load_time_s=0.0), PIECES)
-    assert "Models were cached (no load time)" in cached and "Models loaded in" not in cached
-    slower = render_verdict(synthetic_result(speedup=0.8), PIECES)
-    assert "0.80×" in slower and "slower than the baseline" in slower
-
-
-def test_mismatch_is_shown_with_position_and_both_texts():
-    result = synthetic_result(
-        speculative={"token_ids": [1, 2, 7], "text": "ask not your"},
-        identical=False,
-        first_divergence=2,
-    )
-    html = render_verdict(result, PIECES)
-    assert "MISMATCH" in html and "IDENTICAL" not in html
-    assert "differ from token 2 on" in html
-    # Both sides: the shared text, then each one's own continuation highlighted.
-    assert "…ask not<mark" in html
-    assert ">  what…" not in html and "> what</mark>" in html and "> your</mark>" in html
-    assert "#dc2626" in render_side(result, "speculative")  # the card is flagged too
-    assert "no (from token 2)" in markdown_table(result)
-
-
-def test_mismatch_where_one_output_stops_early():
-    result = synthetic_result(
-        speculative={"token_ids": [1, 2]}, identical=False, first_divergence=2
-    )
-    assert "(ends here)" in render_verdict(result, PIECES)
-
-
-def test_columns_show_timing_method_counts_and_segments():
-    segments = [{"start_s": 0.0, "end_s": 1.5, "text": "ask not"}]
-    result = synthetic_result(baseline={"segments": segments}, speculative={"segments": segments})
-    base = render_side(result, "baseline")
-    assert "median of 3 after warm-up, device synchronized" in base
-    assert "runs: 2.100, 2.000, 1.900 s" in base
-    assert "[0.00–1.50]" in base and "ask not" in base
-    spec = render_side(result, "speculative")
-    assert "66.7%" in spec and "2 of 3 drafted tokens" in spec and "2.00×" in spec
-    assert "Tokens per main forward" in spec
-
-
-def test_markdown_table_for_bloggers():
-    table = markdown_table(synthetic_result(main="a|b"))
-    lines = table.splitlines()
-    assert lines[0].startswith("| Main | Assistant | Device | dtype | Baseline | Speculative |")
-    assert lines[2].count(" | ") == lines[0].count(" | ")  # the pipe in a name is escaped
-    assert "a\\|b" in lines[2] and "2.000 s" in lines[2] and "1.000 s" in lines[2]
-    assert "| 2.00× | 66.7% | yes |" in lines[2]
-    assert "| float32 |" in lines[2]  # no encoder note where the main is all one precision
-    assert "Median of 3 after warm-up" in table
-
-
-def test_token_origins_follow_the_steps():
-    steps = [
-        {"drafted": [], "n_accepted": 0, "main_token": 1},  # prefill: no draft
-        {"drafted": [2, 3, 9], "n_accepted": 2, "main_token": 7},  # a correction
-        {"drafted": [4, 5], "n_accepted": 2, "main_token": 6},  # all accepted: a bonus
-        {"drafted": [], "n_accepted": 0, "main_token": 8},  # drafting paused
-        # ended inside its accepted draft: end-of-text drafted and accepted, no main token
-        {"drafted": [10, 51, 51], "n_accepted": 2, "main_token": None},
-    ]
-    origins = token_origins([1, 2, 3, 7, 4, 5, 6, 8, 10], steps)  # end-of-text left out
-    assert origins == [
-        (1, "main"),
-        (2, "draft"),
-        (3, "draft"),
-        (7, "correction"),
-        (4, "draft"),
-        (5, "draft"),
-        (6, "bonus"),
-        (8, "main"),
-        (10, "draft"),
-    ]
-    # At the length limit the output stops inside the accepted draft: no token of the main's.
-    cut = [{"drafted": [], "n_accepted": 0, "main_token": 1}]
-    cut.append({"drafted": [2, 3, 4], "n_accepted": 2, "main_token": None})
-    assert token_origins([1, 2, 3], cut) == [(1, "main"), (2, "draft"), (3, "draft")]
-
-
-def test_draft_token_view_labels_tokens_and_lists_steps():
-    tokens = draft_tokens(synthetic_result(), PIECES)
-    labels = {label for _, label in ORIGINS.values()}
-    assert tokens == [
-        ("ask", "main model: first token, or a step without a draft"),
-        (" not", "accepted draft token"),
-        (" what", "accepted draft token"),
-    ]  # end-of-text, a special token, is not part of the transcript
-    assert {label for _, label in tokens} <= labels
-
-    steps = synthetic_result()["speculative"]["steps"]
-    steps.append({"drafted": [7, 51], "n_accepted": 2, "main_token": None})
-    frame = steps_frame(synthetic_result(speculative={"steps": steps}), PIECES)
-    assert list(frame.columns) == STEP_COLUMNS
-    first, second, third = frame.to_dict("records")
-    assert first["Accepted"] == "0/0" and first["Main token"] == '"ask"'
-    assert first["Why"].startswith("no draft")
-    assert second["Accepted"] == "2/3"
-    assert second["Accepted draft"] == '" not" " what"' and second["Rejected draft"] == '" who"'
-    assert second["Main token"] == '"<|endoftext|>"' and second["Why"].startswith("correction")
-    assert third["Main token"] == "" and third["Why"].startswith("none: the step ended inside")
-    ids = result_token_ids(synthetic_result(speculative={"steps": steps}))
-    assert None not in ids and {1, 2, 3, 7, 9, 51} <= ids  # every token the view names
-
-
-def test_half_precision_says_it_can_change_a_token():
-    assert precision_note("float32") == ""
-    for dtype in ("float16", "bfloat16"):
-        html = render_verdict(synthetic_result(dtype=dtype), PIECES)
-        assert f"Run in {dtype}: half precision can change a token" in html
-        assert "γ + 1 rows rounds differently from the baseline&#x27;s one-row steps" in html
-    assert "half precision" not in render_verdict(synthetic_result(), PIECES)
-
-
 def test_models_folder_is_shown_relative_to_the_app(tmp_path):
     assert shown_path(APP_DIR / "models") == "`./models`"
     outside = shown_path(tmp_path / "weights")
     assert str(tmp_path) not in outside and "weights" in outside and "SPECWHISPER_MODELS" in outside
-
-
-def test_spectrogram_marks_segments_and_windows():
-    from specwhisper.audio import load_audio
-
-    samples = load_audio(JFK).samples  # 11 s
-    segments = [
-        {"start_s": 0.0, "end_s": 4.5, "text": "And so my fellow Americans"},
-        {"start_s": 4.5, "end_s": 10.5, "text": "ask not what your country can do for you"},
-    ]
-    figure = audio_figure(samples, synthetic_result(baseline={"segments": segments}))
-    [ax] = [a for a in figure.axes if a.get_title()]  # the spectrogram (no colour bar)
-    assert "2 segments" in ax.get_title()
-    spans = [p.get_x() for p in ax.patches]
-    assert spans == [0.0, 4.5]
-    assert [t.get_text() for t in ax.texts] == [" And so my fellow …", " ask not what your …"]
-    assert ax.get_xlim()[1] == pytest.approx(11.0, abs=0.1)
-
-    long_audio = np.concatenate([samples] * 6)  # 66 s: 30 s windows at 30 and 60 s
-    figure = audio_figure(long_audio, synthetic_result())
-    [ax] = figure.axes
-    assert [line.get_xdata()[0] for line in ax.lines] == [30.0, 60.0]
-    assert "turn on Timestamps" in ax.get_title()
-
-
-def test_token_pieces_name_special_tokens(app_models):
-    from transformers import WhisperTokenizerFast
-
-    tokenizer = WhisperTokenizerFast.from_pretrained(app_models / "tiny-random-a")
-    eot, sot = tokenizer.convert_tokens_to_ids(["<|endoftext|>", "<|startoftranscript|>"])
-    timestamp = tokenizer.convert_tokens_to_ids("<|1.00|>")
-    [letter] = tokenizer.encode("a", add_special_tokens=False)
-    pieces = token_pieces(tokenizer, [eot, sot, timestamp, letter])
-    assert pieces == {
-        eot: "<|endoftext|>",
-        sot: "<|startoftranscript|>",
-        timestamp: "<|1.00|>",
-        letter: "a",
-    }
 
 
 SETTINGS = dict(main="tiny-random-a", assistant="tiny-random-b", language="es", task="transcribe")
@@ -621,12 +394,6 @@ def test_a_bf16_encoder_through_the_page(tiny_app):
     assert "encoder_dtype" not in reproduce_snippet(plain, req)
     with pytest.raises(gr.Error, match="Unknown encoder precision 'int4'"):
         run_compare(str(JFK), encoder_dtype="int4", **common)
-
-
-def test_json_download_keeps_only_the_newest_files():
-    files = JsonFiles(keep=3)
-    paths = [Path(files.write(synthetic_result())) for _ in range(5)]
-    assert [p.exists() for p in paths] == [False, False, True, True, True]
 
 
 def test_sampling_and_fallback_through_the_page(tiny_app):

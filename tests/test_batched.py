@@ -188,9 +188,9 @@ def test_batched_int8_draft_computes_the_batch_of_one_draft(pair, rows, cross, m
         main.model.model.decoder(input_ids=ids, encoder_hidden_states=states, past_key_values=cache)
         draft = drafts[checkpoints.SELF_INT8]
         together = batch_loop.Int8BatchDrafter(draft, suppress, eos, states, None, cache)
-        first = together._forward([before[r] for r in rows])
+        first = together.next_logits([before[r] for r in rows])
         together.accept([kept[r] for r in rows])
-        second = together._forward([after[r] for r in rows])
+        second = together.next_logits([after[r] for r in rows])
         for i, r in enumerate(rows[:2]):
             one_cache = batch_loop.empty_cache()
             one = states[i : i + 1]
@@ -200,10 +200,10 @@ def test_batched_int8_draft_computes_the_batch_of_one_draft(pair, rows, cross, m
             alone = drafters.Int8SelfDrafter(draft, suppress, eos)
             alone.begin(one, one_cache, None)
             close = dict(rtol=1e-4, atol=1e-4)
-            torch.testing.assert_close(first[i], alone._forward(before[r]), **close)
+            torch.testing.assert_close(first[i], alone.next_logits(before[r]), **close)
             alone.accept(kept[r])
             if after[r]:
-                torch.testing.assert_close(second[i], alone._forward(after[r]), **close)
+                torch.testing.assert_close(second[i], alone.next_logits(after[r]), **close)
 
 
 def test_schedule_pools_the_rows_of_a_batch():

@@ -87,7 +87,7 @@ class ScriptedDrafter(LogitsDrafter):
     def begin(self, encoder_hidden, cache, features) -> None:
         self.tokens, self.n = [], 0
 
-    def _forward(self, ids: list[int]) -> torch.Tensor:
+    def next_logits(self, ids: list[int]) -> torch.Tensor:
         self.tokens += ids
         self.n = len(self.tokens)
         return torch.nn.functional.one_hot(torch.tensor(self.next_token(self.tokens)), V).float()
@@ -200,8 +200,8 @@ class UnsureDrafter(ScriptedDrafter):
         super().__init__(next_token, max_len)
         self.unsure_at = unsure_at
 
-    def _forward(self, ids: list[int]) -> torch.Tensor:
-        logits = super()._forward(ids)  # the next token's, at generated position i
+    def next_logits(self, ids: list[int]) -> torch.Tensor:
+        logits = super().next_logits(ids)  # the next token's, at generated position i
         i = len(self.tokens) - len(PROMPT)
         return logits * (1.0 if i in self.unsure_at else 20.0)
 
@@ -313,7 +313,7 @@ def sampled_runs(main_table, draft_table, gamma: int, seed: int = 0) -> torch.Te
     main = scripted_main(None)
     main.model.decoder = ProbabilityDecoder(from_table(main_table))
     drafter = ScriptedDrafter(None, len(PROMPT) + K)
-    drafter._forward = _table_forward(drafter, draft_table)
+    drafter.next_logits = _table_forward(drafter, draft_table)
     for _ in range(N_RUNS):
         schedule = GammaSchedule("constant", gamma, gamma)
         ids = speculative_decode(

@@ -1,13 +1,17 @@
 """The verdict's reading of a result: the time breakdown, what bounds the speed-up, when the
-speed-up is within the spread of the repeats, and a failed run's sentence. Pure rendering of
-a compare result; no model runs."""
+speed-up is within the spread of the repeats, the headline and the two columns (a mismatch
+shown where it is), and a failed run's sentence. Pure rendering of a compare result; no model
+runs."""
 
 from __future__ import annotations
 
+import dataclasses
 import re
 
 import pytest
+from results import PIECES, api_result, changed, run, synthetic_result
 
+from specwhisper.ui.exports import markdown_table
 from specwhisper.ui.timebars import (
     bound_line,
     ideal_main_passes,
@@ -16,53 +20,34 @@ from specwhisper.ui.timebars import (
     spread_note,
     time_parts,
 )
-from specwhisper.ui.verdict import render_error, render_verdict
+from specwhisper.ui.verdict import precision_note, render_error, render_side, render_verdict
 
 
 def result(**changes) -> dict:
-    """A 28 s clip's comparison as the API returns it: 100 tokens, 101 baseline main passes,
-    24 speculative ones; the last timed run of each column has its parts metered."""
-    base = {
-        "text": "from fairest creatures",
-        "token_ids": list(range(100)),
-        "time_s": 4.0,
-        "times_s": [4.2, 4.0, 4.0],
-        "n_tokens": 100,
-        "n_main_forwards": 101,
-        "n_windows": 1,
-        "encoder_s": 1.0,
-        "main_forward_s": 2.0,
-        "draft_s": 0.0,
-    }
-    spec = base | {
-        "time_s": 2.0,
-        "times_s": [2.1, 2.0, 2.0],
-        "n_main_forwards": 24,
-        "encoder_s": 1.0,
-        "main_forward_s": 0.6,
-        "draft_s": 0.3,
-        "acceptance_rate": 0.9,
-        "steps": [],
-    }
-    out = {
-        "baseline": base,
-        "speculative": spec,
-        "identical": True,
-        "first_divergence": None,
-        "speedup": 2.0,
-        "predicted_speedup": 2.4,
-        "predicted_end_to_end": 1.8,
-        "cost_ratio": 0.1,
-        "mean_gamma": 4.0,
-        "device": "cpu",
-        "dtype": "float32",
-        "engine": "specwhisper",
-        "load_time_s": 0.0,
-        "duration_s": 27.8,
-    }
-    for key, value in changes.items():
-        out[key] = out[key] | value if key in ("baseline", "speculative") else value
-    return out
+    """A 28 s clip's comparison as the API returns it (a real Comparison's JSON): 100 tokens,
+    101 baseline main passes, 24 speculative ones; the last timed run of each column has its
+    parts metered."""
+    base = run(
+        "generate",
+        text="from fairest creatures",
+        token_ids=tuple(range(100)),
+        time_s=4.0,
+        n_main_forwards=101,
+        encoder_s=1.0,
+        main_forward_s=2.0,
+    )
+    spec = dataclasses.replace(
+        base, engine="specwhisper", time_s=2.0, n_main_forwards=24, main_forward_s=0.6, draft_s=0.3
+    )
+    numbers = dict(
+        speculative={"acceptance_rate": 0.9},
+        predicted_speedup=2.4,
+        predicted_end_to_end=1.8,
+        cost_ratio=0.1,
+        mean_gamma=4.0,
+        duration_s=27.8,
+    )
+    return changed(api_result(base, spec, ((4.2, 4.0, 4.0), (2.1, 2.0, 2.0)), **numbers), changes)
 
 
 def test_parts_add_up_to_the_median_in_the_last_runs_shares():
@@ -173,3 +158,60 @@ def test_without_the_loop_alone_the_verdict_does_not_credit_drafting_with_it_all
     assert "Also time our loop without drafting" in html
     assert "our leaner loop&#x27;s alone" in render_verdict(result(gamma=0), {})
     assert "leaner loop" not in render_verdict(result(engine="transformers"), {})
+
+
+def test_identical_badge_speedup_and_prediction():
+    html = render_verdict(synthetic_result(load_time_s=7.25), PIECES)
+    assert "IDENTICAL" in html and "MISMATCH" not in html
+    assert "2.00×" in html and "faster" in html
+    assert "Predicted: <b>1.80×</b> end to end" in html  # what is timed
+    assert "decoding loop alone would gain 2.40×" in html  # Leviathan's figure
+    assert "Models loaded in 7.2 s (not included in timings)" in html
+    cached = render_verdict(synthetic_result(load_time_s=0.0), PIECES)
+    assert "Models were cached (no load time)" in cached and "Models loaded in" not in cached
+    slower = render_verdict(synthetic_result(speedup=0.8), PIECES)
+    assert "0.80×" in slower and "slower than the baseline" in slower
+
+
+def test_mismatch_is_shown_with_position_and_both_texts():
+    result = synthetic_result(
+        speculative={"token_ids": [1, 2, 7], "text": "ask not your"},
+        identical=False,
+        first_divergence=2,
+    )
+    html = render_verdict(result, PIECES)
+    assert "MISMATCH" in html and "IDENTICAL" not in html
+    assert "differ from token 2 on" in html
+    # Both sides: the shared text, then each one's own continuation highlighted.
+    assert "…ask not<mark" in html
+    assert ">  what…" not in html and "> what</mark>" in html and "> your</mark>" in html
+    assert "#dc2626" in render_side(result, "speculative")  # the card is flagged too
+    assert "no (from token 2)" in markdown_table(result)
+
+
+def test_mismatch_where_one_output_stops_early():
+    result = synthetic_result(
+        speculative={"token_ids": [1, 2]}, identical=False, first_divergence=2
+    )
+    assert "(ends here)" in render_verdict(result, PIECES)
+
+
+def test_columns_show_timing_method_counts_and_segments():
+    segments = [{"start_s": 0.0, "end_s": 1.5, "text": "ask not"}]
+    result = synthetic_result(baseline={"segments": segments}, speculative={"segments": segments})
+    base = render_side(result, "baseline")
+    assert "median of 3 after warm-up, device synchronized" in base
+    assert "runs: 2.100, 2.000, 1.900 s" in base
+    assert "[0.00–1.50]" in base and "ask not" in base
+    spec = render_side(result, "speculative")
+    assert "66.7%" in spec and "2 of 3 drafted tokens" in spec and "2.00×" in spec
+    assert "Tokens per main forward" in spec
+
+
+def test_half_precision_says_it_can_change_a_token():
+    assert precision_note("float32") == ""
+    for dtype in ("float16", "bfloat16"):
+        html = render_verdict(synthetic_result(dtype=dtype), PIECES)
+        assert f"Run in {dtype}: half precision can change a token" in html
+        assert "γ + 1 rows rounds differently from the baseline&#x27;s one-row steps" in html
+    assert "half precision" not in render_verdict(synthetic_result(), PIECES)

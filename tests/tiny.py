@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import numpy as np
 import torch
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from transformers import (
@@ -20,6 +21,8 @@ from transformers import (
     WhisperProcessor,
     WhisperTokenizerFast,
 )
+
+from specwhisper.checkpoints import SELF_INT8
 
 LANGS = ["en", "fr", "es"]
 SPECIALS = ["<|endoftext|>", "<|startoftranscript|>", *[f"<|{x}|>" for x in LANGS]]
@@ -148,3 +151,21 @@ def save_tiny_decoder_only(folder: Path, seed: int, *, layers: int = 1, d_model:
     model.save_pretrained(folder, safe_serialization=True)
     processor.save_pretrained(folder)
     return folder
+
+
+# Every kind of assistant: the main itself (every draft accepted), a differently seeded seq2seq
+# model (most drafts rejected), a decoder-only one reading the main's encoder outputs, and the
+# main's own int8 decoder.
+ASSISTANTS = ["tiny-random-a", "tiny-random-b", "tiny-random-decoder", SELF_INT8]
+
+
+def noise_clips(n: int) -> list[np.ndarray]:
+    """n clips of noise (float32 arrays), each giving a random model a different output."""
+    rng = np.random.default_rng(1234)
+    # Random noise of varied lengths and loudness: each gives a different random-model output.
+    return [
+        (rng.standard_normal(int(16_000 * rng.uniform(0.5, 8))) * rng.uniform(0.05, 0.5)).astype(
+            np.float32
+        )
+        for _ in range(n)
+    ]

@@ -28,7 +28,7 @@ from specwhisper.bench.reporting import (
 )
 from specwhisper.bench.running import PEER_ENGINE, peer_gamma, run_all, totals
 from specwhisper.bench.selection import check_clips, join_clips, select_clips
-from specwhisper.compare import CompareRequest
+from specwhisper.compare import DEFAULTS, CompareRequest
 
 EXIT_BAD_INPUT = 2
 
@@ -42,9 +42,16 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument("--main", required=True, help="Hub id, local folder name or path")
     parser.add_argument("--assistant", required=True, help="Hub id, local folder, or self-int8")
     parser.add_argument("--manifest", required=True, help="manifest.tsv (or its folder)")
-    parser.add_argument("--repeats", type=int, default=3, help="timed runs per side (default 3)")
     parser.add_argument(
-        "--language", default="auto", help="auto (each row's language column) or a Whisper code"
+        "--repeats",
+        type=int,
+        default=DEFAULTS.repeats,
+        help=f"timed runs per side (default {DEFAULTS.repeats})",
+    )
+    parser.add_argument(
+        "--language",
+        default=DEFAULTS.language,
+        help="auto (each row's language column) or a Whisper code",
     )
     parser.add_argument(
         "--peer", action="store_true", help="also time transformers' assisted generation"
@@ -57,9 +64,13 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "gamma 1 or more, one clip at a time)",
     )
     parser.add_argument("--out", default="bench-out", help="folder for results.json and the PNG")
-    parser.add_argument("--engine", default="specwhisper", choices=decoding.ENGINES)
-    parser.add_argument("--gamma", type=int, default=5, help="draft tokens per step (start value)")
-    parser.add_argument("--gamma-schedule", default="adaptive", choices=schedule.SCHEDULES)
+    parser.add_argument("--engine", default=DEFAULTS.engine, choices=decoding.ENGINES)
+    parser.add_argument(
+        "--gamma", type=int, default=DEFAULTS.gamma, help="draft tokens per step (start value)"
+    )
+    parser.add_argument(
+        "--gamma-schedule", default=DEFAULTS.gamma_schedule, choices=schedule.SCHEDULES
+    )
     parser.add_argument("--peer-gamma", type=int, help="the peer's draft tokens (default: --gamma)")
     parser.add_argument(
         "--peer-gamma-schedule",
@@ -67,10 +78,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         help="the peer's schedule (default: --gamma-schedule); adaptive is transformers' own "
         "dynamic drafting (confidence threshold 0.4)",
     )
-    parser.add_argument("--dtype", default="auto", help="auto (fp16 on GPU, fp32 on CPU), ...")
+    parser.add_argument(
+        "--dtype", default=DEFAULTS.dtype, help="auto (fp16 on GPU, fp32 on CPU), ..."
+    )
     parser.add_argument(
         "--encoder-dtype",
-        default="auto",
+        default=DEFAULTS.encoder_dtype,
         help="the main's encoder alone: auto (the same as --dtype), bfloat16 (about 3x faster "
         "on a CPU with AMX; the decoder stays in --dtype), float16 or float32",
     )
@@ -79,7 +92,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         "--reference",
         nargs="?",
         const=reference.ENGINE,
-        default="",
+        default=DEFAULTS.reference,
         type=reference_flag,
         metavar="faster-whisper[:int8|float32|float16]",
         help="also time faster-whisper (CTranslate2) on the main's weights, greedy, for context "
@@ -88,10 +101,10 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--temperature",
         type=float,
-        default=0.0,
+        default=DEFAULTS.temperature,
         help="0: greedy (identical tokens); above 0 both sides sample (speculative sampling)",
     )
-    parser.add_argument("--seed", type=int, default=0, help="sampling seed")
+    parser.add_argument("--seed", type=int, default=DEFAULTS.seed, help="sampling seed")
     parser.add_argument(
         "--fallback", action="store_true", help="Whisper's temperature fallback, both sides"
     )

@@ -28,6 +28,11 @@ One concern per module:
   texts      the page's fixed texts and choice lists
   startup    preloading the default pair, and the launch options
 
+To add a view under Compare: (1) a renderer, result -> value, in the module of its concern;
+(2) a field in handlers.Shown and a component of that name in layout.Results (results_section);
+(3) one keyword in handlers.drawn, and its empty value in handlers.EMPTY. The outputs follow
+Shown's fields by name; tests/test_layout.py fails when the two disagree.
+
 It does not decode or time models itself.
 """
 

@@ -23,7 +23,7 @@ import gradio as gr
 from gradio.data_classes import FileData
 from pydantic import ValidationError
 
-from specwhisper.compare import CompareError, CompareRequest
+from specwhisper.compare import DEFAULTS, CompareError, CompareRequest
 from specwhisper.ui.errors import person_errors
 
 # torch.manual_seed takes 0 .. 2**64 - 1, but a JSON number above 2**53 loses digits in
@@ -131,23 +131,34 @@ def echo(value: Any) -> str:
 
 API_FIELDS = (
     ApiField("audio", "audio"),
-    ApiField("language", "text", "auto", label="The language"),
-    ApiField("task", "text", "transcribe", label="The task"),
+    ApiField("language", "text", DEFAULTS.language, label="The language"),
+    ApiField("task", "text", DEFAULTS.task, label="The task"),
     # a Hub id has at most 96 characters, a folder name at most 255 bytes
     ApiField("main", "text", label="The main checkpoint", max_chars=255),
     ApiField("assistant", "text", label="The assistant checkpoint", max_chars=255),
-    ApiField("gamma", "whole", 5, required=True, label="Gamma (draft tokens per step)"),
-    ApiField("gamma_schedule", "text", "adaptive", label="The gamma schedule (gamma_schedule)"),
-    ApiField("repeats", "whole", 3, required=True, label="Repeats (timed runs per side)"),
-    ApiField("dtype", "text", "auto", label="The dtype"),
-    ApiField("timestamps", "flag", False, label="Timestamps"),
-    ApiField("engine", "text", "specwhisper", label="The engine"),
-    ApiField("temperature", "number", 0.0, label="The temperature"),
-    ApiField("seed", "whole", 0, label="The seed", max_value=MAX_SEED),
-    ApiField("fallback", "flag", False, label="Fallback"),
-    ApiField("encoder_dtype", "text", "auto", label="The encoder dtype (encoder_dtype)"),
-    ApiField("reference", "text", "", label="The reference engine"),
-    ApiField("loop_alone", "flag", False, label="Loop alone (loop_alone)"),
+    ApiField(
+        "gamma", "whole", DEFAULTS.gamma, required=True, label="Gamma (draft tokens per step)"
+    ),
+    ApiField(
+        "gamma_schedule",
+        "text",
+        DEFAULTS.gamma_schedule,
+        label="The gamma schedule (gamma_schedule)",
+    ),
+    ApiField(
+        "repeats", "whole", DEFAULTS.repeats, required=True, label="Repeats (timed runs per side)"
+    ),
+    ApiField("dtype", "text", DEFAULTS.dtype, label="The dtype"),
+    ApiField("timestamps", "flag", DEFAULTS.timestamps, label="Timestamps"),
+    ApiField("engine", "text", DEFAULTS.engine, label="The engine"),
+    ApiField("temperature", "number", DEFAULTS.temperature, label="The temperature"),
+    ApiField("seed", "whole", DEFAULTS.seed, label="The seed", max_value=MAX_SEED),
+    ApiField("fallback", "flag", DEFAULTS.fallback, label="Fallback"),
+    ApiField(
+        "encoder_dtype", "text", DEFAULTS.encoder_dtype, label="The encoder dtype (encoder_dtype)"
+    ),
+    ApiField("reference", "text", DEFAULTS.reference, label="The reference engine"),
+    ApiField("loop_alone", "flag", DEFAULTS.loop_alone, label="Loop alone (loop_alone)"),
 )
 
 

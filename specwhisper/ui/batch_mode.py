@@ -16,7 +16,7 @@ import torch
 
 from specwhisper import batch_mode, compare
 from specwhisper.audio import AudioError, load_audio
-from specwhisper.compare import CompareError
+from specwhisper.compare import DEFAULTS, CompareError
 from specwhisper.ui import gpu_time, zerogpu
 from specwhisper.ui.api import compare_request
 from specwhisper.ui.errors import person_errors
@@ -25,12 +25,12 @@ from specwhisper.ui.verdict import badge
 MAX_BATCH_ROWS = 32  # 30 s pieces in one batch-mode run, all files together
 # Batch mode runs the picked pair, language and repeats with these: greedy, our loop.
 BATCH_SETTINGS = dict(
-    task="transcribe",
-    gamma=5,
-    gamma_schedule="adaptive",
-    dtype="auto",
-    timestamps=False,
-    engine="specwhisper",
+    task=DEFAULTS.task,
+    gamma=DEFAULTS.gamma,
+    gamma_schedule=DEFAULTS.gamma_schedule,
+    dtype=DEFAULTS.dtype,
+    timestamps=DEFAULTS.timestamps,
+    engine=DEFAULTS.engine,
 )
 
 

@@ -11,6 +11,7 @@ from typing import Any
 import gradio as gr
 
 from specwhisper import decoding, loading, reference
+from specwhisper.compare import DEFAULTS
 from specwhisper.examples import Example
 from specwhisper.schedule import SCHEDULES
 from specwhisper.ui import gpu_time, texts
@@ -122,32 +123,45 @@ def _audio_input(examples: list[Example]) -> gr.Audio:
 def _advanced_settings() -> dict[str, gr.Component]:
     """The settings behind "Advanced", by Form field name."""
     fields: dict[str, gr.Component] = {}
-    fields["gamma"] = gr.Slider(0, 16, value=5, step=1, label="Draft tokens per step (γ)")
-    fields["gamma_schedule"] = gr.Radio(
-        list(SCHEDULES), value="adaptive", label="γ schedule", info=texts.SCHEDULE_INFO
+    fields["gamma"] = gr.Slider(
+        0, 16, value=DEFAULTS.gamma, step=1, label="Draft tokens per step (γ)"
     )
-    fields["repeats"] = gr.Slider(1, 10, value=3, step=1, label="Timed repeats per side")
-    fields["dtype"] = gr.Dropdown(texts.DTYPES, value="auto", label="dtype", info=texts.DTYPE_INFO)
+    fields["gamma_schedule"] = gr.Radio(
+        list(SCHEDULES), value=DEFAULTS.gamma_schedule, label="γ schedule", info=texts.SCHEDULE_INFO
+    )
+    fields["repeats"] = gr.Slider(
+        1, 10, value=DEFAULTS.repeats, step=1, label="Timed repeats per side"
+    )
+    fields["dtype"] = gr.Dropdown(
+        texts.DTYPES, value=DEFAULTS.dtype, label="dtype", info=texts.DTYPE_INFO
+    )
     fields["encoder_dtype"] = gr.Dropdown(
         texts.ENCODER_DTYPES,
-        value="auto",
+        value=DEFAULTS.encoder_dtype,
         label="Encoder precision (both columns)",
         info=texts.encoder_info(),
     )
     fields["engine"] = gr.Radio(
         [(texts.ENGINE_LABELS[e], e) for e in decoding.ENGINES],
-        value="specwhisper",
+        value=DEFAULTS.engine,
         label="Speculative engine",
         info=texts.ENGINE_INFO,
     )
-    fields["timestamps"] = gr.Checkbox(False, label="Timestamps (segments in both columns)")
+    fields["timestamps"] = gr.Checkbox(
+        DEFAULTS.timestamps, label="Timestamps (segments in both columns)"
+    )
     with gr.Row():
         fields["temperature"] = gr.Slider(
-            0.0, 1.0, value=0.0, step=0.1, label="Temperature", info=texts.TEMPERATURE_INFO
+            0.0,
+            1.0,
+            value=DEFAULTS.temperature,
+            step=0.1,
+            label="Temperature",
+            info=texts.TEMPERATURE_INFO,
         )
-        fields["seed"] = gr.Number(0, precision=0, label="Seed", minimum=0)
+        fields["seed"] = gr.Number(DEFAULTS.seed, precision=0, label="Seed", minimum=0)
     fields["fallback"] = gr.Checkbox(
-        False,
+        DEFAULTS.fallback,
         label="Whisper's temperature fallback (both columns; our engine only)",
         info=texts.FALLBACK_INFO,
     )

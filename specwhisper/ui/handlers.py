@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import html
 import time
+from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import gradio as gr
@@ -24,7 +25,7 @@ import torch
 
 from specwhisper import compare
 from specwhisper.audio import AudioError, AudioLimits, load_audio
-from specwhisper.compare import CompareError, CompareRequest
+from specwhisper.compare import DEFAULTS, CompareError, CompareRequest
 from specwhisper.ui import gpu_time, zerogpu
 from specwhisper.ui.api import compare_request
 from specwhisper.ui.choices import reference_for
@@ -51,18 +52,18 @@ def run_compare(
     task: str,
     main: str,
     assistant: str,
-    gamma: int = 5,
-    gamma_schedule: str = "adaptive",
-    repeats: int = 3,
-    dtype: str = "auto",
-    timestamps: bool = False,
-    engine: str = "specwhisper",
-    temperature: float = 0.0,
-    seed: int = 0,
-    fallback: bool = False,
-    encoder_dtype: str = "auto",
-    reference: str = "",
-    loop_alone: bool = False,
+    gamma: int = DEFAULTS.gamma,
+    gamma_schedule: str = DEFAULTS.gamma_schedule,
+    repeats: int = DEFAULTS.repeats,
+    dtype: str = DEFAULTS.dtype,
+    timestamps: bool = DEFAULTS.timestamps,
+    engine: str = DEFAULTS.engine,
+    temperature: float = DEFAULTS.temperature,
+    seed: int = DEFAULTS.seed,
+    fallback: bool = DEFAULTS.fallback,
+    encoder_dtype: str = DEFAULTS.encoder_dtype,
+    reference: str = DEFAULTS.reference,
+    loop_alone: bool = DEFAULTS.loop_alone,
     progress: gr.Progress = gr.Progress(),  # noqa: B008 - gradio's way to ask for a progress bar
 ) -> dict[str, Any]:
     """Transcribe an audio file with Whisper alone (greedy) and with an assistant model drafting
@@ -124,7 +125,8 @@ def run_compare(
 
 
 class Shown(NamedTuple):
-    """What the Compare button draws, in layout.Results.outputs() order."""
+    """What the Compare button draws, one field per view: layout.Results has a component of each
+    name, and its outputs() lists them in this order, so every value lands in its own view."""
 
     estimate: str  # how long Compare takes on this clip, above the verdict
     verdict: str  # the headline, or the failed run's sentence
@@ -139,6 +141,23 @@ class Shown(NamedTuple):
     json_file: str | None
     reference_box: Any  # gr.Column(visible=...): the reference column, shown when one ran
     reference: str  # the reference column's HTML
+
+
+# Every view but the estimate and the verdict, empty: what a starting or failed run shows. Made
+# fresh per call (a component update or a frame is not shared between two answers).
+EMPTY: dict[str, Callable[[], Any]] = {
+    "baseline": str,
+    "speculative": str,
+    "spectrogram": lambda: None,
+    "token_view": lambda: gr.Accordion(open=False),
+    "origins": lambda: None,
+    "steps": lambda: pd.DataFrame(columns=STEP_COLUMNS),
+    "snippet": str,
+    "markdown": str,
+    "json_file": lambda: None,
+    "reference_box": lambda: gr.Column(visible=False),
+    "reference": str,
+}
 
 
 def on_compare(
@@ -167,19 +186,21 @@ def drawn(run: Run, req: CompareRequest, example_text: str = "") -> Shown:
     """A finished run in every view; the draft-token view opened. `example_text`: what is said
     in an example clip, for the reference column's WER ("" for other audio)."""
     result, pieces = run.result, run.pieces
+    reference_box, reference = reference_outputs(result, example_text)
     return Shown(
-        estimate_line(result["duration_s"], req.repeats, req.main, SPEEDS.speed(req.main)),
-        render_verdict(result, pieces),
-        render_side(result, "baseline"),
-        render_side(result, "speculative"),
-        audio_figure(run.samples, result),
-        gr.Accordion(open=True),
-        draft_tokens(result, pieces),
-        steps_frame(result, pieces),
-        reproduce_snippet(result, req),
-        markdown_table(result),
-        write_json(result),
-        *reference_outputs(result, example_text),
+        estimate=estimate_line(result["duration_s"], req.repeats, req.main, SPEEDS.speed(req.main)),
+        verdict=render_verdict(result, pieces),
+        baseline=render_side(result, "baseline"),
+        speculative=render_side(result, "speculative"),
+        spectrogram=audio_figure(run.samples, result),
+        token_view=gr.Accordion(open=True),
+        origins=draft_tokens(result, pieces),
+        steps=steps_frame(result, pieces),
+        snippet=reproduce_snippet(result, req),
+        markdown=markdown_table(result),
+        json_file=write_json(result),
+        reference_box=reference_box,
+        reference=reference,
     )
 
 
@@ -198,19 +219,7 @@ def failed(message: str, estimate: str = "") -> Shown:
 def cleared(estimate: Any, verdict: str) -> Shown:
     """The page with this estimate and verdict, and every other view empty."""
     return Shown(
-        estimate,
-        verdict,
-        "",
-        "",
-        None,
-        gr.Accordion(open=False),
-        None,
-        pd.DataFrame(columns=STEP_COLUMNS),
-        "",
-        "",
-        None,
-        gr.Column(visible=False),
-        "",
+        estimate=estimate, verdict=verdict, **{name: empty() for name, empty in EMPTY.items()}
     )
 
 

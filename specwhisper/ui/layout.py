@@ -13,7 +13,7 @@ from specwhisper.ui.api import accept_short_calls, api_components
 from specwhisper.ui.batch_mode import BATCH_COLUMNS, on_batch
 from specwhisper.ui.choices import examples, form_start, on_main_change, reference_for
 from specwhisper.ui.form import Form, form_section
-from specwhisper.ui.handlers import on_compare, on_estimate, on_start, run_compare
+from specwhisper.ui.handlers import Shown, on_compare, on_estimate, on_start, run_compare
 from specwhisper.ui.share import share_section
 from specwhisper.ui.startup import skip_queue_analytics
 from specwhisper.ui.stopping import stops_when_gone
@@ -40,8 +40,8 @@ def build_demo() -> gr.Blocks:
 
 @dataclass(frozen=True)
 class Results:
-    """What the Compare button fills in (handlers.Shown, in its order), and the example's
-    reference text."""
+    """What the Compare button fills in, one component per handlers.Shown field of the same name,
+    and the example's reference text (filled when the clip changes, not by Compare)."""
 
     estimate: gr.Markdown
     verdict: gr.HTML
@@ -59,22 +59,8 @@ class Results:
     reference: gr.HTML
 
     def outputs(self) -> list[gr.Component]:
-        """on_compare's outputs, in handlers.Shown's order."""
-        return [
-            self.estimate,
-            self.verdict,
-            self.baseline,
-            self.speculative,
-            self.spectrogram,
-            self.token_view,
-            self.origins,
-            self.steps,
-            self.snippet,
-            self.markdown,
-            self.json_file,
-            self.reference_box,
-            self.reference,
-        ]
+        """on_compare's outputs: the component named by each Shown field, in Shown's order."""
+        return [getattr(self, name) for name in Shown._fields]
 
 
 def results_section() -> Results:
@@ -107,20 +93,20 @@ def results_section() -> Results:
     with gr.Accordion("Results for bloggers", open=False):
         markdown, json_file = _exports()
     return Results(
-        estimate,
-        verdict,
-        reference_text,
-        baseline,
-        speculative,
-        spectrogram,
-        token_view,
-        origins,
-        steps,
-        snippet,
-        markdown,
-        json_file,
-        reference_box,
-        reference,
+        estimate=estimate,
+        verdict=verdict,
+        reference_text=reference_text,
+        baseline=baseline,
+        speculative=speculative,
+        spectrogram=spectrogram,
+        token_view=token_view,
+        origins=origins,
+        steps=steps,
+        snippet=snippet,
+        markdown=markdown,
+        json_file=json_file,
+        reference_box=reference_box,
+        reference=reference,
     )
 
 

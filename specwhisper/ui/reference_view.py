@@ -11,6 +11,7 @@ from typing import Any
 
 import gradio as gr
 
+from specwhisper import metrics
 from specwhisper.scoring import word_error_rate
 from specwhisper.ui.verdict import figures_table
 
@@ -38,7 +39,7 @@ def render_reference(result: Mapping[str, Any], example_text: str = "") -> str:
         f"thread{'s' if ref['threads'] != 1 else ''}; greedy, no timestamps"
     )
     runs = ", ".join(f"{t:.3f}" for t in ref["times_s"])
-    spec_s = result["speculative"]["time_s"]
+    over = metrics.ratio(ref["time_s"], result["speculative"]["time_s"])
     rows = [
         ("Generation time", f"{ref['time_s']:.3f} s", f"{ref['timing']}; runs: {runs} s"),
         ("Tokens generated", str(ref["n_tokens"]), ""),
@@ -46,7 +47,7 @@ def render_reference(result: Mapping[str, Any], example_text: str = "") -> str:
         ("Against the baseline", f"<b>{ref['speedup']:.2f}×</b>", "baseline time / its time"),
         (
             "Speculative against it",
-            f"<b>{ref['time_s'] / spec_s:.2f}×</b>" if spec_s else "n/a",
+            f"<b>{over:.2f}×</b>" if over is not None else "n/a",
             "its time / speculative time (above 1: the speculative column is faster)",
         ),
     ]

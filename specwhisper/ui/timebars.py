@@ -10,6 +10,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from specwhisper import metrics
+
 # The stacked bar's parts: (key of TimeParts, legend label, colour).
 TIME_PARTS = (
     ("encoder_s", "encoder", "#f59e0b"),
@@ -91,7 +93,7 @@ def speedup_bound(result: Mapping[str, Any]) -> Bound:
     return Bound(
         encoder_share=parts.encoder_s / parts.total_s if parts.total_s > 0 else 0.0,
         ideal_passes=passes,
-        max_speedup=parts.total_s / ideal_s if ideal_s > 0 else 1.0,
+        max_speedup=metrics.ratio(parts.total_s, ideal_s) or 1.0,
     )
 
 

@@ -5,8 +5,8 @@
         [--mode default|max-autotune-no-cudagraphs] [--dynamic]
 
 The lean self-int8 drafter (specwhisper.drafters.Int8SelfDrafter) is built twice on the same
-main; one keeps its eager `_forward` (one draft step: feed token ids, return the last logits),
-the other gets `torch.compile(_forward)` in its place. Both read a real window: the main's
+main; one keeps its eager `next_logits` (one draft step: feed token ids, return the last logits),
+the other gets `torch.compile(next_logits)` in its place. Both read a real window: the main's
 encoder output and its cross-attention keys/values after the prompt pass, as the loop hands
 them over. The steps are teacher-forced along the baseline's own tokens for the clip, so both
 drafts see the same positions; then:
@@ -61,13 +61,13 @@ def teacher_forced(
     """Feed the prompt (untimed), then each token alone; return the draft's pick after every
     step, each step's seconds, and the logits of every step [n, V]."""
     drafter.accept(0)
-    logits = drafter._forward(prompt)
+    logits = drafter.next_logits(prompt)
     picks, seconds, rows = [], [], []
     for token in tokens:
         picks.append(int(logits.masked_fill(drafter.suppress, -torch.inf).argmax()))
         rows.append(logits)
         start = time.perf_counter()
-        logits = drafter._forward([token])
+        logits = drafter.next_logits([token])
         seconds.append(time.perf_counter() - start)
     return picks, seconds, torch.stack(rows)
 
@@ -116,8 +116,8 @@ def main(argv: list[str] | None = None) -> int:
         "dynamic": args.dynamic,
         "cross_dtype": str(int8_forward.cross_dtype()).removeprefix("torch."),
     }
-    compiled._forward = torch.compile(  # an instance attribute: propose() would call it too
-        compiled._forward, mode=args.mode, dynamic=True if args.dynamic else None
+    compiled.next_logits = torch.compile(  # an instance attribute: propose() would call it too
+        compiled.next_logits, mode=args.mode, dynamic=True if args.dynamic else None
     )
     start = time.perf_counter()
     try:

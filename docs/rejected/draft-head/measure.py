@@ -52,7 +52,7 @@ def time_steps() -> None:
         )
         d = drafters.make_drafter(main, draft)
         d.begin(enc, cache, feats.input_features)
-        d._forward(PROMPT)
+        d.next_logits(PROMPT)
         for kept in (None, 32768, 16384, 8192):  # text tokens kept; the specials always
             if kept is not None:
                 ids = torch.cat([torch.arange(kept), torch.arange(FIRST_SPECIAL, n_vocab)])
@@ -69,7 +69,7 @@ def time_steps() -> None:
             for _ in range(30):
                 d.accept(4)
                 t0 = time.perf_counter()
-                d._forward([400])
+                d.next_logits([400])
                 times.append(time.perf_counter() - t0)
             print(kept or "full", round(statistics.median(times[5:]) * 1e3, 2), "ms")
 

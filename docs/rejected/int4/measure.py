@@ -90,14 +90,14 @@ def step() -> None:
             i4.Int4Linear.__init__.__defaults__ = (group,)
             variants[name] = i4.int4_weights(m, d.w)
         d.begin(enc, cache, feats.input_features)
-        d._forward(PROMPT)
+        d.next_logits(PROMPT)
         times = {k: [] for k in variants}
         for _ in range(40):
             for k, w in variants.items():
                 d.w = w
                 d.accept(4)
                 t0 = time.perf_counter()
-                d._forward([400])
+                d.next_logits([400])
                 times[k].append(time.perf_counter() - t0)
     print({k: round(statistics.median(ts[5:]) * 1e3, 2) for k, ts in times.items()}, "ms")
 
