@@ -25,6 +25,7 @@ import torch
 
 from specwhisper import metrics
 from specwhisper.audio import SAMPLE_RATE
+from specwhisper.compiled_draft import maybe_compiled
 from specwhisper.drafters import make_drafter
 from specwhisper.loop import DraftStep, LoopStats, own_loop
 from specwhisper.models import Loaded
@@ -386,7 +387,7 @@ def decode_speculative(
         generator = None
         if opts.temperature > 0 or opts.fallback:
             generator = torch.Generator(device=main.device).manual_seed(opts.seed)
-        drafter = make_drafter(main, assistant)
+        drafter = maybe_compiled(make_drafter(main, assistant))  # SPECWHISPER_DRAFT_COMPILE
         # a main drafting for itself runs its metered decoder in the draft: sequential only
         parallel = parallel_drafting(opts.parallel_draft) and assistant.model is not main.model
         loop = parallel_loop if parallel else own_loop
