@@ -188,7 +188,9 @@ def main() -> int:
                 report["by_threads"][most]["baseline"]["total_s"] / row["total_s"], 3
             )
             print(f"{threads} thread(s) {name:20s} " + " ".join(f"{k} {v}" for k, v in row.items()))
-    report["n_live_threads_after"] = threading.active_count()
+    report["n_workers_left"] = sum(
+        t.name.startswith(parallel.THREAD_NAME) for t in threading.enumerate()
+    )
     print(json.dumps(report))
     return 0
 

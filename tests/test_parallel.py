@@ -93,9 +93,11 @@ def test_parallel_drafting_equals_sequential_and_the_baseline(loaded, assistant,
         n_missed += sum(s.drafted == () for s in par.steps[1:])
     assert not _workers()
     if max_new_tokens == 40:
-        assert n_tokens > 50 and n_drafted > 0  # the loop was exercised
-        if assistant == "tiny-random-b":
-            assert n_missed > n_tokens / 4  # a draft that is often wrong
+        assert n_tokens > 50  # the loop was exercised
+        if assistant == models.SELF_INT8:  # the main's own int8 decoder: mostly right
+            assert n_drafted > 0
+        else:  # random drafts: mostly wrong, so most steps had no block ready
+            assert n_missed > n_tokens / 4
 
 
 def test_our_loop_at_gamma_0_equals_the_baseline(loaded):
