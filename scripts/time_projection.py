@@ -23,6 +23,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
+from specwhisper import checkpoints, loading
+
 FLUSH = torch.empty(16 * 2**20)  # 64 MB, written before each call
 
 
@@ -56,9 +58,9 @@ def random_matrix() -> None:
 
 def model_matrix(name: str) -> None:
     sys.path.insert(0, str(Path.cwd()))  # run from a checkout's root: import its specwhisper
-    from specwhisper import loop, models
+    from specwhisper import loop
 
-    model = models.CACHE.get(models.resolve(name), torch.device("cpu"), torch.float32).model
+    model = loading.CACHE.get(checkpoints.resolve(name), torch.device("cpu"), torch.float32).model
     loop.projection(model)  # builds the [D, V] copy and the blocks the loop uses
     _, weight_t, blocks = model._specwhisper_proj_t
     for rows in (1, 2, 6, 10, 12, 13, 14, 16, 20, 24):

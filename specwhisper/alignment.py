@@ -25,7 +25,7 @@ from specwhisper import compare, decoding
 from specwhisper.audio import SAMPLE_RATE
 from specwhisper.compare import CheckedRequest, CompareRequest
 from specwhisper.decoding import DecodeOptions, Features
-from specwhisper.models import Loaded
+from specwhisper.loading import Loaded
 
 TIME_PRECISION_S = 0.02  # one alignment step: two mel frames, one encoder frame
 

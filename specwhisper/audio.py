@@ -36,7 +36,7 @@ SILENCE_PEAK_DBFS = -60.0
 # Speech comes and goes with its syllables, so its level in the telephone band swings by 20 dB
 # or more within a clip (37 dB at the least over the 96 shared speech clips, and still 8 dB with
 # white noise added as loud as the speech); white, pink or brown noise, a hum, a tone or a
-# constant offset hold theirs within about 5 dB. Whisper invents text for those: a note.
+# constant offset hold their levels within about 5 dB. Whisper invents text for those: a note.
 SPEECH_BAND_HZ = (300.0, 3400.0)
 NO_SPEECH_RANGE_DB = 6.0  # the level's range (1st to 99th percentile of 25 ms frames) below this
 # Speech puts at least 19% of its energy in that band (the shared clips); a low hum or rumble
@@ -53,7 +53,7 @@ ENV_MAX_FILE_MIB = "SPECWHISPER_MAX_FILE_MIB"
 DEFAULT_MAX_AUDIO_S_GPU = 600.0
 DEFAULT_MAX_AUDIO_S_CPU = 120.0
 DEFAULT_MAX_FILE_MIB = 50.0
-BYTES_PER_MIB = 2**20  # gradio's page says "Mb" for this (JEDEC), so its number is ours
+BYTES_PER_MIB = 2**20  # gradio's page says "Mb" for this (JEDEC), so its number is the one we check
 
 SUPPORTED_FORMATS = "WAV, FLAC, MP3, OGG, M4A and WEBM"
 # libsndfile subtypes that store the samples themselves; lossy codecs are left to FFmpeg.

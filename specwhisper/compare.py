@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from specwhisper import decoding, drafters, metrics, models, reference
+from specwhisper import checkpoints, decoding, drafters, loading, metrics, reference
 from specwhisper.audio import SAMPLE_RATE
 from specwhisper.decoding import DecodeOptions, DecodeResult, Features
 from specwhisper.timing import Timings, alternate, device_name
@@ -104,8 +104,8 @@ class CheckedRequest:
     and the bench take it, so one request is checked once however many steps it goes through."""
 
     request: CompareRequest
-    main: models.Checkpoint
-    assistant: models.Checkpoint | str  # a checkpoint, or models.SELF_INT8
+    main: checkpoints.Checkpoint
+    assistant: checkpoints.Checkpoint | str  # a checkpoint, or checkpoints.SELF_INT8
     language: str | None  # the Whisper code; None: auto-detect
     device: torch.device
     dtype: torch.dtype  # the decoders' weights
@@ -114,13 +114,13 @@ class CheckedRequest:
 
 def check_request(req: CompareRequest) -> CheckedRequest:
     """Validate a request before anything loads; raise CompareError or CheckpointError."""
-    main = models.resolve(req.main, role="main")
+    main = checkpoints.resolve(req.main, role="main")
     if main.decoder_only:
         raise CompareError(f"{main.label} is a decoder-only assistant; it cannot be the main.")
-    assistant: str | models.Checkpoint = models.SELF_INT8
-    if req.assistant.strip() != models.SELF_INT8:
-        assistant = models.resolve(req.assistant, role="assistant")
-    problem = models.pair_problem(main, assistant)
+    assistant: str | checkpoints.Checkpoint = checkpoints.SELF_INT8
+    if req.assistant.strip() != checkpoints.SELF_INT8:
+        assistant = checkpoints.resolve(req.assistant, role="assistant")
+    problem = checkpoints.pair_problem(main, assistant)
     if problem:
         raise CompareError(problem)
     code = language_code(req.language)
@@ -145,9 +145,9 @@ def check_request(req: CompareRequest) -> CheckedRequest:
         raise CompareError(problem)
     if not 1 <= req.repeats <= 20:
         raise CompareError("Repeats must be between 1 and 20.")
-    device = models.default_device()  # unknown precisions are refused before anything loads
-    dtype = models.resolve_dtype(req.dtype, device)
-    encoder_dtype = models.resolve_encoder_dtype(req.encoder_dtype, device, dtype)
+    device = loading.default_device()  # unknown precisions are refused before anything loads
+    dtype = loading.resolve_dtype(req.dtype, device)
+    encoder_dtype = loading.resolve_encoder_dtype(req.encoder_dtype, device, dtype)
     problem = reference.reference_problem(req.reference, on_gpu=device.type == "cuda")
     if problem:
         raise CompareError(problem)
@@ -184,7 +184,7 @@ class Setup:
         """What the draft computed in, as the page and the API say it."""
         if self.draft_cross_attention:  # the lean self-int8 draft of our engine
             return f"int8 weights, {self.draft_cross_attention} cross-attention keys/values"
-        if self.assistant.startswith(models.SELF_INT8):
+        if self.assistant.startswith(checkpoints.SELF_INT8):
             return "int8 weights"
         return self.assistant_dtype
 
@@ -197,8 +197,8 @@ class Setup:
 
 def setup_of(
     req: CompareRequest,
-    main: models.Loaded,
-    assistant: models.Loaded,
+    main: loading.Loaded,
+    assistant: loading.Loaded,
     *,
     language: str | None,
     load_time_s: float,
@@ -212,8 +212,8 @@ def setup_of(
         main_revision=main.revision,
         assistant_revision=assistant.revision,
         device=device_name(main.device),
-        dtype=models.dtype_name(main.dtype),
-        encoder_dtype=models.dtype_name(main.encoder_precision),
+        dtype=loading.dtype_name(main.dtype),
+        encoder_dtype=loading.dtype_name(main.encoder_precision),
         assistant_dtype=_precision_of(assistant),
         draft_cross_attention=drafters.cross_precision(assistant, req.engine),
         language=language,
@@ -223,12 +223,12 @@ def setup_of(
     )
 
 
-def _precision_of(loaded: models.Loaded) -> str:
+def _precision_of(loaded: loading.Loaded) -> str:
     """A loaded assistant's weights, with its own encoder's where that differs."""
     encoder = loaded.encoder_precision
     if encoder is None or encoder == loaded.dtype:
-        return models.dtype_name(loaded.dtype)
-    return f"{models.dtype_name(loaded.dtype)}, encoder {models.dtype_name(encoder)}"
+        return loading.dtype_name(loaded.dtype)
+    return f"{loading.dtype_name(loaded.dtype)}, encoder {loading.dtype_name(encoder)}"
 
 
 @dataclass(frozen=True)
@@ -356,9 +356,9 @@ def side_json(
 def load_pair(
     req: CompareRequest | CheckedRequest,
     *,
-    cache: models.ModelCache = models.CACHE,
+    cache: loading.ModelCache = loading.CACHE,
     progress: Progress | None = None,
-) -> tuple[models.Loaded, models.Loaded, float]:
+) -> tuple[loading.Loaded, loading.Loaded, float]:
     """Load (or fetch from the cache) the main and the assistant; return both and the seconds
     spent loading in this call. A CompareRequest is checked first."""
     ok = checked(req)
@@ -377,7 +377,7 @@ def load_pair(
 
 def decode_options(
     req: CompareRequest,
-    main: models.Checkpoint,
+    main: checkpoints.Checkpoint,
     language: str | None,
     max_new_tokens: int | None = None,
 ) -> DecodeOptions:
@@ -401,7 +401,7 @@ def compare(
     samples: np.ndarray,
     req: CompareRequest | CheckedRequest,
     *,
-    cache: models.ModelCache = models.CACHE,
+    cache: loading.ModelCache = loading.CACHE,
     progress: Progress | None = None,
 ) -> Comparison:
     """Transcribe `samples` (float32 mono 16 kHz) with and without the assistant. A
@@ -435,7 +435,7 @@ def compare(
         finally:
             hook.remove()
 
-    ours, _ = compare_loaded(
+    speculative, _ = compare_loaded(
         samples,
         ok.request,
         main,
@@ -445,20 +445,20 @@ def compare(
         cache=cache,
         around=run if progress else None,
     )
-    return ours
+    return speculative
 
 
 def compare_loaded(
     samples: np.ndarray,
     req: CompareRequest,
-    main: models.Loaded,
-    assistant: models.Loaded,
+    main: loading.Loaded,
+    assistant: loading.Loaded,
     *,
     language: str | None,
     peer: CompareRequest | None = None,
     max_new_tokens: int | None = None,
     load_time_s: float = 0.0,
-    cache: models.ModelCache = models.CACHE,
+    cache: loading.ModelCache = loading.CACHE,
     around: Around | None = None,
     warmup: int = 1,
 ) -> tuple[Comparison, Comparison | None]:
@@ -511,12 +511,12 @@ def compare_loaded(
         )
         return comparison_of(side_req, setup, timings["baseline"], timings[side])
 
-    ours = comparison("speculative", req)
+    speculative = comparison("speculative", req)
     if column is not None:
         spelling = getattr(main.processor.tokenizer, "english_spelling_normalizer", None)
-        context = column.result(timings.get("reference"), ours.baseline, spelling)
-        ours = dataclasses.replace(ours, reference=context)
-    return ours, comparison("peer", peer) if peer else None
+        context = column.result(timings.get("reference"), speculative.baseline, spelling)
+        speculative = dataclasses.replace(speculative, reference=context)
+    return speculative, comparison("peer", peer) if peer else None
 
 
 def comparison_of(req: CompareRequest, setup: Setup, base: Timings, spec: Timings) -> Comparison:

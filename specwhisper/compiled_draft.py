@@ -32,7 +32,8 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from specwhisper.drafters import Drafter, Int8SelfDrafter, LeanWeights, attend_cross, int8_linear
+from specwhisper.drafters import Drafter, Int8SelfDrafter
+from specwhisper.int8_forward import LeanWeights, attend_cross, int8_linear
 
 # packed fbgemm weights by key; the op's output width by key (what the fake kernel returns)
 _PACKED: dict[int, Any] = {}

@@ -8,7 +8,7 @@ Three engines, all greedy and batch size 1:
   detection, prompts, logits processors, 30 s windows for long-form audio), so both columns go
   through identical pre- and post-processing; only the token loop differs.
 
-This module does not load checkpoints, read audio or time repeats (see models, audio, timing);
+This module does not load checkpoints, read audio or time repeats (see loading, audio, timing);
 the loop, the drafters and the gamma schedule live in loop, drafters and schedule.
 """
 
@@ -16,6 +16,8 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import logging
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
@@ -27,8 +29,8 @@ from specwhisper import metrics
 from specwhisper.audio import SAMPLE_RATE
 from specwhisper.compiled_draft import maybe_compiled
 from specwhisper.drafters import make_drafter
+from specwhisper.loading import Loaded
 from specwhisper.loop import DraftStep, LoopStats, own_loop
-from specwhisper.models import Loaded
 from specwhisper.parallel import parallel_drafting, parallel_loop
 from specwhisper.schedule import SCHEDULES, GammaSchedule
 from specwhisper.timing import ForwardMeter, clock, timed
@@ -429,3 +431,34 @@ def first_divergence(a: tuple[int, ...], b: tuple[int, ...]) -> int | None:
         if x != y:
             return i
     return None if len(a) == len(b) else min(len(a), len(b))
+
+
+class TransformersOwnCalls(logging.Filter):
+    """Drops the notices transformers 5.23 logs about calls it makes itself inside `generate`,
+    which no caller can avoid, so a server log shows what our requests cause:
+
+    - "Passing `generation_config` together with generation-related arguments": Whisper's
+      `generate_with_fallback` passes its own generation_config with suppress_tokens and
+      begin_suppress_tokens (generation_whisper.py, a workaround its comment dates to PR 48108),
+      and assisted generation's candidate generator passes the assistant's with
+      max_new_tokens, min_new_tokens and use_cache. The same notice naming other arguments is
+      kept: that one a caller can act on.
+    - "Both `max_new_tokens` ... and `max_length` ... seem to have been set": the candidate
+      generator at every draft step, and any capped run; max_new_tokens wins, as we want.
+    """
+
+    OWN_ARGUMENTS = (
+        {"suppress_tokens", "begin_suppress_tokens"},
+        {"use_cache", "min_new_tokens", "max_new_tokens"},
+    )
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        if message.startswith("Passing `generation_config` together with generation-related"):
+            named = set(re.findall(r"'(\w+)'", message.split(")", 1)[0]))
+            return not any(named <= own for own in self.OWN_ARGUMENTS)
+        return not message.startswith("Both `max_new_tokens`")
+
+
+# transformers logs both from here; getLogger makes the logger transformers will use.
+logging.getLogger("transformers.generation.utils").addFilter(TransformersOwnCalls())

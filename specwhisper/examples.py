@@ -22,7 +22,7 @@ REQUIRED_COLUMNS = ("file", "language", "reference")
 class Example:
     path: Path  # the audio file, resolved relative to the manifest
     language: str  # as written: an ISO code such as "en", "auto", or "" for unknown
-    reference: str  # what is said, for scoring the transcript
+    reference_text: str  # what is said, for scoring the transcript
     duration_s: float | None  # as the manifest states it; None when it does not
     source: str  # where the clip came from ("" when not stated)
     license: str  # the clip's licence ("" when not stated)
@@ -81,7 +81,7 @@ def _example(row: dict[str, str], manifest: Path, line: int) -> Example:
     return Example(
         path=clip,
         language=row["language"].strip(),
-        reference=row["reference"].strip(),
+        reference_text=row["reference"].strip(),
         duration_s=duration_s,
         source=row.get("source", "").strip(),
         license=row.get("license", "").strip(),

@@ -276,7 +276,7 @@ def process_logits(
     Whisper's two suppression processors are applied without the per-row loop and with their
     mask built once per call of generate, with the same result: token suppression does not
     depend on the prefix (one mask for the block), and begin suppression only acts on the row
-    whose prefix length is its begin index. (Each call of theirs rebuilds the mask with
+    whose prefix length is its begin index. (Each of transformers' calls rebuilds the mask with
     `torch.isin` over the vocabulary: a few ms, which a sampling draft would pay per token.)
     """
     from transformers.generation.logits_process import (

@@ -19,6 +19,12 @@ if TYPE_CHECKING:
 Runs = Sequence["DecodeResult"]  # one clip's run of a side, or every clip's runs of it
 
 
+def ratio(slower_s: float, faster_s: float) -> float | None:
+    """How many times faster `faster_s` is than `slower_s`: every speed-up is one of these,
+    the subject's time below the line (None when that time is unmeasured)."""
+    return slower_s / faster_s if faster_s else None
+
+
 def speedup(baseline: Runs, speculative: Runs) -> float:
     """Baseline time over speculative time, times summed over the runs (0 when unmeasured)."""
     spec_s = sum(r.time_s for r in speculative)

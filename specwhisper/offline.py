@@ -17,7 +17,7 @@ Distil-Whisper initialises its students (the teacher's encoder, a 2-layer decode
 the teacher's first and last layers), saved as distil-whisper's repos are saved.
 
 It does not download from the Hub, does not run or time models, and knows nothing about
-speculative decoding; `models.py` decides which checkpoints the app lists (and owns
+speculative decoding; `checkpoints` decides which checkpoints the app lists (and owns
 `models_dir()`, the one definition of the models folder).
 """
 
@@ -43,7 +43,7 @@ import torch
 from safetensors import safe_open
 from safetensors.torch import save_file
 
-from specwhisper.models import DISTIL_FILE, models_dir
+from specwhisper.checkpoints import DISTIL_FILE, models_dir
 
 STAMP_FILE = "specwhisper-offline.json"
 STAMP_VERSION = 2
@@ -418,7 +418,7 @@ def build_distil_student(
     model.safetensors), the teacher's generation config without forced_decoder_ids, tokenizer
     and feature extractor. The app loads only its decoder (WhisperForCausalLM), as it loads the
     Hub's distil repos; `models.DISTIL_FILE`, naming the teacher (default: the base folder's
-    name), is what tells models.py the folder is a decoder-only assistant.
+    name), is what tells `checkpoints` the folder is a decoder-only assistant.
 
     Replaces `out_folder` and returns it.
     """

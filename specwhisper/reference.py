@@ -32,8 +32,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from specwhisper import models, offline
+from specwhisper import checkpoints, hub, loading, metrics, offline
 from specwhisper.decoding import DecodeResult
+from specwhisper.scoring import text_normalizer
 from specwhisper.timing import Timings, device_name
 
 ENGINE = "faster-whisper"
@@ -124,7 +125,7 @@ class Ct2Source:
         return str(self.folder or self.parts)
 
 
-def ct2_source(ckpt: models.Checkpoint) -> Ct2Source:
+def ct2_source(ckpt: checkpoints.Checkpoint) -> Ct2Source:
     """Where the CTranslate2 copy of a main is; ReferenceError (NO_CT2) when there is none."""
     found = _hub_source(ckpt) if ckpt.path is None else _local_source(ckpt, ckpt.path)
     if found is None:
@@ -132,7 +133,7 @@ def ct2_source(ckpt: models.Checkpoint) -> Ct2Source:
     return found
 
 
-def _local_source(ckpt: models.Checkpoint, folder: Path) -> Ct2Source | None:
+def _local_source(ckpt: checkpoints.Checkpoint, folder: Path) -> Ct2Source | None:
     """The checkpoint's own ctranslate2/ folder, else the model the offline converter read."""
     own = folder / CT2_SUBFOLDER
     if (own / "model.bin").is_file():
@@ -166,7 +167,7 @@ def _offline_parts(name: str) -> list[Path]:
     return []
 
 
-def _hub_source(ckpt: models.Checkpoint) -> Ct2Source | None:
+def _hub_source(ckpt: checkpoints.Checkpoint) -> Ct2Source | None:
     """faster-whisper's own CTranslate2 repository for an openai/whisper-* main, fetched into
     (or, with the Hub off, found in) the Hugging Face cache; None if it has none or it is not
     there."""
@@ -178,7 +179,7 @@ def _hub_source(ckpt: models.Checkpoint) -> Ct2Source | None:
         return None
     try:
         folder = download_model(
-            size, local_files_only=models.hub_offline(), cache_dir=str(models.hub_cache_dir())
+            size, local_files_only=hub.hub_offline(), cache_dir=str(hub.hub_cache_dir())
         )
     except Exception:  # with the Hub off, not in the cache; or the Hub unreachable
         return None
@@ -215,7 +216,7 @@ class LoadedReference:
     spec: ReferenceSpec
     source: Ct2Source
     device: str  # "cpu" or "cuda"
-    threads: int  # CTranslate2's intra-op threads (the same as torch's)
+    n_threads: int  # CTranslate2's intra-op threads (the same as torch's)
     load_time_s: float  # 0 when it came from the cache
 
     @property
@@ -229,17 +230,17 @@ _CACHE_LOCK = threading.Lock()
 _CACHE_SIZE = 2  # a reference model per compute type at most; they are small next to the main
 
 
-def load_reference(spec: ReferenceSpec, main: models.Loaded) -> LoadedReference:
+def load_reference(spec: ReferenceSpec, main: loading.Loaded) -> LoadedReference:
     """faster-whisper on the main's CTranslate2 copy, on the main's device, with torch's thread
     count; cached. ReferenceError when there is no copy."""
     source = ct2_source(main.checkpoint)
     device = "cuda" if main.device.type == "cuda" else "cpu"
-    threads = torch.get_num_threads()
-    key = (source.key, spec.compute_type, device, threads)
+    n_threads = torch.get_num_threads()
+    key = (source.key, spec.compute_type, device, n_threads)
     with _CACHE_LOCK:
         if key in _CACHE:
             loaded = _CACHE[key]
-            return LoadedReference(loaded.model, spec, source, device, threads, 0.0)
+            return LoadedReference(loaded.model, spec, source, device, n_threads, 0.0)
         from faster_whisper import WhisperModel
 
         start = time.perf_counter()
@@ -248,12 +249,14 @@ def load_reference(spec: ReferenceSpec, main: models.Loaded) -> LoadedReference:
             location,
             device=device,
             compute_type=spec.compute_type,
-            cpu_threads=threads,
+            cpu_threads=n_threads,
             num_workers=1,
             files=files,
             local_files_only=True,
         )
-        loaded = LoadedReference(model, spec, source, device, threads, time.perf_counter() - start)
+        loaded = LoadedReference(
+            model, spec, source, device, n_threads, time.perf_counter() - start
+        )
         if len(_CACHE) >= _CACHE_SIZE:
             _CACHE.pop(next(iter(_CACHE)))
         _CACHE[key] = loaded
@@ -269,7 +272,9 @@ class ReferenceRun:
     """One faster-whisper transcription."""
 
     text: str
-    token_ids: tuple[int, ...]  # the segments' tokens: no prompt, no end-of-text (as ours)
+    token_ids: tuple[
+        int, ...
+    ]  # the segments' tokens: no prompt, no end-of-text (as the speculative column's)
     language: str  # as given, or as it detected
 
 
@@ -302,33 +307,6 @@ def transcribe(
 # Against the baseline
 
 
-def text_normalizer(
-    language: str | None, spelling: dict[str, str] | None = None
-) -> Callable[[str], str]:
-    """Whisper's normalizer as the bench and the page score WER: the English one (with the
-    tokenizer's British->American spellings, when given) for en, the basic one otherwise,
-    without diacritics for es (the Spanish reference texts lack most accents)."""
-    from transformers.models.whisper.english_normalizer import (
-        BasicTextNormalizer,
-        EnglishTextNormalizer,
-    )
-
-    if language == "en":
-        english = EnglishTextNormalizer(spelling or {})
-        return lambda text: english(text).strip()
-    basic = BasicTextNormalizer(remove_diacritics=language == "es")
-    return lambda text: basic(text).strip()
-
-
-def word_error_rate(reference: str, hypothesis: str, language: str | None) -> float | None:
-    """WER of one transcript against a reference text, both normalized; None without one."""
-    import jiwer
-
-    normalize = text_normalizer(language)
-    truth = normalize(reference)
-    return float(jiwer.wer(truth, normalize(hypothesis))) if truth else None
-
-
 @dataclass(frozen=True)
 class WordChange:
     """One place where the reference's words differ from the baseline's."""
@@ -356,7 +334,7 @@ class ReferenceResult:
     ct2_compute_type: str
     weights: str  # the CTranslate2 copy it ran
     device: str
-    threads: int
+    n_threads: int
     run: ReferenceRun
     time_s: float  # median of the timed repeats
     times_s: tuple[float, ...]
@@ -374,7 +352,7 @@ class ReferenceResult:
     @property
     def speedup(self) -> float:
         """Baseline time over the reference's: above 1, faster-whisper beat the baseline."""
-        return self.baseline_time_s / self.time_s if self.time_s else 0.0
+        return metrics.ratio(self.baseline_time_s, self.time_s) or 0.0
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -384,7 +362,8 @@ class ReferenceResult:
             "ct2_compute_type": self.ct2_compute_type,
             "weights": self.weights,
             "device": self.device,
-            "threads": self.threads,
+            "n_threads": self.n_threads,
+            "threads": self.n_threads,  # the old name of n_threads, kept for API callers
             "text": self.run.text,
             "token_ids": list(self.run.token_ids),
             "language": self.run.language,
@@ -433,7 +412,7 @@ def compare_with_baseline(
         ct2_compute_type=loaded.ct2_compute_type,
         weights=loaded.source.label,
         device=device_name(torch.device(loaded.device)),
-        threads=loaded.threads,
+        n_threads=loaded.n_threads,
         run=run,
         time_s=timings.median_s,
         times_s=timings.times_s,
@@ -466,7 +445,7 @@ class ReferenceColumn:
 
 def prepare(
     value: str | None,
-    main: models.Loaded,
+    main: loading.Loaded,
     samples: np.ndarray,
     language: str | None,
     task: str | None,
@@ -489,35 +468,40 @@ def prepare(
 
 def bench_totals(
     baseline_s: Sequence[float],
-    ours_s: Sequence[float],
+    speculative_s: Sequence[float],
     results: Sequence[ReferenceResult],
     wer_reference: float | None,
 ) -> dict[str, Any]:
     """The reference's totals over a bench run, as new keys of its JSON: its time; its total,
-    median and min ratio against the baseline (`reference_speedup`: baseline time over its) and
-    against ours (`ours_vs_reference`: its time over ours, as `ours_vs_peer` is the peer's, so
-    above 1 means our column beat it); and how often its text agreed with the baseline's."""
+    median and min speed-up over the baseline (`reference_speedup`: baseline time over its);
+    the speculative column's speed-up over it (`speculative_speedup_over_reference`: its time
+    over the speculative column's, so above 1 means our column beat it); and how often its
+    text agreed with the baseline's."""
     ref_s = [r.time_s for r in results]
-    speedups = [b / r for b, r in zip(baseline_s, ref_s, strict=True) if r]
-    ours_vs = [r / o for r, o in zip(ref_s, ours_s, strict=True) if o]
-    total_ref, total_ours = sum(ref_s), sum(ours_s)
+    speedups = [metrics.ratio(b, r) for b, r in zip(baseline_s, ref_s, strict=True) if r]
+    over = [metrics.ratio(r, s) for r, s in zip(ref_s, speculative_s, strict=True) if s]
+    total_ref, total_spec = sum(ref_s), sum(speculative_s)
     first = results[0]
     return {
         "reference": first.spec.name,
         "reference_ct2_compute_type": first.ct2_compute_type,
-        "reference_threads": first.threads,
+        "reference_n_threads": first.n_threads,
         "reference_s": round(total_ref, 4),
-        "reference_speedup": round(sum(baseline_s) / total_ref, 4) if total_ref else None,
+        "reference_speedup": _round(metrics.ratio(sum(baseline_s), total_ref)),
         "reference_median_clip_speedup": _median(speedups),
         "reference_min_clip_speedup": round(min(speedups), 4) if speedups else None,
-        "ours_vs_reference": round(total_ref / total_ours, 4) if total_ours else None,
-        "median_clip_ours_vs_reference": _median(ours_vs),
-        "min_clip_ours_vs_reference": round(min(ours_vs), 4) if ours_vs else None,
-        "reference_identical_clips": sum(r.same_tokens for r in results),
-        "reference_same_text_clips": sum(r.same_text for r in results),
-        "reference_same_normalized_clips": sum(r.same_normalized for r in results),
-        "wer_reference": None if wer_reference is None else round(wer_reference, 4),
+        "speculative_speedup_over_reference": _round(metrics.ratio(total_ref, total_spec)),
+        "median_clip_speculative_speedup_over_reference": _median(over),
+        "min_clip_speculative_speedup_over_reference": round(min(over), 4) if over else None,
+        "reference_n_identical_clips": sum(r.same_tokens for r in results),
+        "reference_n_same_text_clips": sum(r.same_text for r in results),
+        "reference_n_same_normalized_clips": sum(r.same_normalized for r in results),
+        "wer_reference": _round(wer_reference),
     }
+
+
+def _round(x: float | None) -> float | None:
+    return None if x is None else round(x, 4)
 
 
 def _median(values: Sequence[float]) -> float | None:

@@ -26,7 +26,7 @@ from conftest import served
 from gradio_client import Client, handle_file
 from test_audio import tone, write_float_wav, write_wav
 
-from specwhisper import compare, decoding, models
+from specwhisper import checkpoints, compare, decoding, loading
 from specwhisper.audio import NO_SPEECH_NOTE, load_audio
 from specwhisper.examples import read_manifest
 
@@ -494,7 +494,9 @@ def test_load_concurrent_calls_get_their_own_results_one_at_a_time(server, monke
         results = list(pool.map(lambda clip: call(server, clip), clips))
 
     # Each answer belongs to its own clip: the same tokens as decoding that clip alone.
-    main = models.CACHE.get(models.resolve("tiny-random-a"), torch.device("cpu"), torch.float32)
+    main = loading.CACHE.get(
+        checkpoints.resolve("tiny-random-a"), torch.device("cpu"), torch.float32
+    )
     expected = []
     for clip in clips:
         features = decoding.prepare_features(main, load_audio(clip).samples)

@@ -12,11 +12,11 @@ import numpy as np
 import pytest
 from conftest import served
 
-from specwhisper import compare, models
+from specwhisper import checkpoints, compare
 from specwhisper.compare import CompareRequest
-from specwhisper.ui import handlers
+from specwhisper.ui import handlers, texts
 from specwhisper.ui.api import API_FIELDS, compare_request
-from specwhisper.ui.batch import on_batch, run_batch
+from specwhisper.ui.batch_mode import on_batch, run_batch
 from specwhisper.ui.choices import TURBO, default_pair, on_main_change, reference_for
 from specwhisper.ui.errors import GENERIC_ERROR
 from specwhisper.ui.exports import JsonFiles, markdown_table
@@ -138,7 +138,7 @@ def test_page_builds_offline_with_local_checkpoints_only(tiny_app):
     assert "tiny-random-decoder (local)" not in mains  # a decoder-only model cannot be the main
     assert by_label(demo, "Main model")["value"] == mains[0]  # no whisper-base here
     assistant = by_label(demo, "Assistant")
-    assert assistant["value"] == models.SELF_INT8
+    assert assistant["value"] == checkpoints.SELF_INT8
     languages = choice_values(by_label(demo, "Language"))
     assert languages[0] == "Auto-detect" and {"English", "French", "Haitian Creole"} <= set(
         languages
@@ -186,26 +186,26 @@ def test_english_only_main_fixes_language_and_task(tiny_app):
     assistant, language, task, note = on_main_change("tiny-random-a (local)")
     assert language["interactive"] is True and task["interactive"] is True
     assert not note["visible"]
-    assert assistant["value"] == models.SELF_INT8
+    assert assistant["value"] == checkpoints.SELF_INT8
     assert {"tiny-random-b (local)", "tiny-random-decoder (local)"} <= set(assistant["choices"])
     assert "tiny-other-vocab (local)" not in assistant["choices"]
 
 
 def test_page_starts_on_the_default_pair_for_the_hardware(app_models, use_models, tmp_path):
-    # On the CPU the default is whisper-base drafted by its int8 self (models.default_pair);
+    # On the CPU the default is whisper-base drafted by its int8 self (checkpoints.default_pair);
     # a tiny checkpoint stands in for the folder `python -m specwhisper.offline` writes.
     (tmp_path / "whisper-base").symlink_to(app_models / "tiny-random-b", target_is_directory=True)
     (tmp_path / "tiny-random-a").symlink_to(app_models / "tiny-random-a", target_is_directory=True)
     use_models(tmp_path)
-    assert default_pair() == ("whisper-base (local)", models.SELF_INT8)
+    assert default_pair() == ("whisper-base (local)", checkpoints.SELF_INT8)
     demo = build_demo()
     assert by_label(demo, "Main model")["value"] == "whisper-base (local)"
-    assert by_label(demo, "Assistant")["value"] == models.SELF_INT8
+    assert by_label(demo, "Assistant")["value"] == checkpoints.SELF_INT8
 
 
 def test_turbo_says_what_to_expect(tiny_app):
     assistant, _, _, note = on_main_change(TURBO)
-    assert note["visible"] and note["value"] == models.TURBO_NOTE
+    assert note["visible"] and note["value"] == texts.TURBO_NOTE
     assert assistant["value"] != TURBO  # on the CPU its int8 self drafts, not turbo itself
 
 
@@ -213,10 +213,10 @@ def test_front_matter_lists_the_models_and_preloads_the_gpu_default():
     import yaml
 
     front = yaml.safe_load(README.read_text().split("---")[1])
-    registry = {**models.HUB_MAINS, **models.HUB_ASSISTANTS}
+    registry = {**checkpoints.HUB_MAINS, **checkpoints.HUB_ASSISTANTS}
     assert sorted(front["models"]) == sorted(registry)
     preloaded = [entry.split()[0] for entry in front["preload_from_hub"]]
-    assert preloaded == list(models.default_pair(on_gpu=True, hub=True))
+    assert preloaded == list(checkpoints.default_pair(on_gpu=True, hub=True))
     for entry in front["preload_from_hub"]:  # "repo file1,file2": the weights loaded, fp16
         assert "model.safetensors" in entry.split()[1].split(",")
 
@@ -232,7 +232,7 @@ def test_reference_text_follows_the_example_by_file_name(tmp_path):
 
 
 @pytest.mark.parametrize(
-    "assistant", ["tiny-random-b", models.SELF_INT8, "tiny-random-decoder", "tiny-random-a"]
+    "assistant", ["tiny-random-b", checkpoints.SELF_INT8, "tiny-random-decoder", "tiny-random-a"]
 )
 def test_run_compare_gives_both_results_and_identical(tiny_app, assistant):
     result = run_compare(str(SPANISH), "auto", "transcribe", "tiny-random-a", assistant, repeats=1)

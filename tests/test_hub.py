@@ -18,8 +18,8 @@ import pytest
 import torch
 from test_loading import REVISION, seed_hub_cache
 
-from specwhisper import compare, models
-from specwhisper.models import CheckpointError
+from specwhisper import compare, hub, loading
+from specwhisper.checkpoints import CheckpointError
 
 CLOSED = "http://127.0.0.1:9"  # the discard port: nothing listens there
 CPU = torch.device("cpu")
@@ -34,9 +34,9 @@ def online(monkeypatch, tmp_path) -> Path:
     cache = tmp_path / "hf-cache"
     cache.mkdir()
     monkeypatch.setenv("HF_HUB_CACHE", str(cache))
-    models.forget_hub_check()
+    hub.forget_hub_check()
     yield cache
-    models.forget_hub_check()
+    hub.forget_hub_check()
 
 
 @pytest.fixture
@@ -79,27 +79,27 @@ def hub_server(online, monkeypatch) -> Iterator[type[Recorder]]:
 
 def test_a_closed_port_is_unreachable_decided_once_and_quickly(unreachable):
     start = time.perf_counter()
-    assert models.hub_offline()
-    assert time.perf_counter() - start < models.HUB_CHECK_TIMEOUT_S + 1.0
+    assert hub.hub_offline()
+    assert time.perf_counter() - start < hub.HUB_CHECK_TIMEOUT_S + 1.0
     start = time.perf_counter()
-    assert not models.hub_reachable() and models.hub_offline()  # the first answer stays
+    assert not hub.hub_reachable() and hub.hub_offline()  # the first answer stays
     assert time.perf_counter() - start < 0.05
 
 
 def test_an_answering_endpoint_is_reachable_and_asked_once(hub_server):
-    assert not models.hub_offline()
-    assert not models.hub_offline()
+    assert not hub.hub_offline()
+    assert not hub.hub_offline()
     assert hub_server.seen == ["/"]
 
 
 def test_a_failing_hub_counts_as_unreachable(hub_server):
     hub_server.status = 503
-    assert models.hub_offline()
+    assert hub.hub_offline()
 
 
 def test_offline_mode_wins_and_asks_nothing(hub_server, monkeypatch):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    assert models.hub_offline()
+    assert hub.hub_offline()
     assert hub_server.seen == []
 
 
@@ -127,7 +127,7 @@ def test_a_failing_pick_keeps_the_loaded_pair_and_names_no_server_path(
     unreachable, tiny_models, use_models
 ):
     use_models(tiny_models)
-    cache = models.ModelCache()
+    cache = loading.ModelCache()
     default = compare.CompareRequest(main="tiny-random-a", assistant="tiny-random-b")
     main, assistant, _ = compare.load_pair(default, cache=cache)
 

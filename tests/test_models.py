@@ -7,11 +7,11 @@ import json
 import pytest
 import torch
 
-from specwhisper import drafters, models
-from specwhisper.models import CheckpointError, pair_problem, resolve
+from specwhisper import checkpoints, decoding, drafters, loading
+from specwhisper.checkpoints import CheckpointError, pair_problem, resolve
 
 
-def hub(name: str) -> models.Checkpoint:
+def hub(name: str) -> checkpoints.Checkpoint:
     return resolve(name, role="assistant")
 
 
@@ -24,11 +24,11 @@ def hub(name: str) -> models.Checkpoint:
         ("openai/whisper-medium.en", "distil-whisper/distil-medium.en"),
         ("openai/whisper-small.en", "openai/whisper-tiny.en"),
         ("openai/whisper-base", "openai/whisper-base"),
-        ("openai/whisper-large-v3", models.SELF_INT8),
+        ("openai/whisper-large-v3", checkpoints.SELF_INT8),
     ],
 )
 def test_compatible_pairs(main, assistant):
-    other = assistant if assistant == models.SELF_INT8 else hub(assistant)
+    other = assistant if assistant == checkpoints.SELF_INT8 else hub(assistant)
     assert pair_problem(resolve(main), other) is None
 
 
@@ -67,29 +67,33 @@ def test_local_folders_are_listed_and_broken_ones_explained(tiny_models, use_mod
     broken = root / "half-copied"
     broken.mkdir()
     (broken / "config.json").write_text(json.dumps({"model_type": "whisper"}))
-    found = models.local_checkpoints(root)
+    found = checkpoints.local_checkpoints(root)
     assert set(found) == {"tiny-random-a", "tiny-random-decoder"}
     assert found["tiny-random-decoder"].decoder_only
     with pytest.raises(CheckpointError, match="no .safetensors"):
         resolve("half-copied")
     main = resolve("tiny-random-a")
-    assert [c.id for c in models.main_choices(include_hub=False)] == ["tiny-random-a"]
-    cpu = models.assistant_choices(main, include_hub=False, on_gpu=False)
-    assert cpu[0] == models.SELF_INT8 and "tiny-random-decoder (local)" in cpu
-    assert models.SELF_INT8 not in models.assistant_choices(main, include_hub=False, on_gpu=True)
+    assert [c.id for c in checkpoints.main_choices(include_hub=False)] == ["tiny-random-a"]
+    cpu = checkpoints.assistant_choices(main, include_hub=False, on_gpu=False)
+    assert cpu[0] == checkpoints.SELF_INT8 and "tiny-random-decoder (local)" in cpu
+    assert checkpoints.SELF_INT8 not in checkpoints.assistant_choices(
+        main, include_hub=False, on_gpu=True
+    )
 
 
 def test_hub_ids_fail_clearly_offline(monkeypatch, tmp_path):
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))  # an empty cache: nothing to fall back on
     with pytest.raises(CheckpointError, match="offline mode"):
-        models.ModelCache().get(resolve("openai/whisper-tiny"), torch.device("cpu"), torch.float32)
+        loading.ModelCache().get(resolve("openai/whisper-tiny"), torch.device("cpu"), torch.float32)
 
 
 def test_self_int8_is_the_main_decoder_in_int8(tiny_models):
-    cache = models.ModelCache()
+    cache = loading.ModelCache()
     main = cache.get(
-        models._local_checkpoint(tiny_models / "tiny-random-a"), torch.device("cpu"), torch.float32
+        checkpoints._local_checkpoint(tiny_models / "tiny-random-a"),
+        torch.device("cpu"),
+        torch.float32,
     )
     draft = drafters.self_int8(main, cache)
     assert drafters.self_int8(main, cache) is draft  # built once, then cached
@@ -106,13 +110,13 @@ def test_one_models_folder_with_home_expanded(monkeypatch, tmp_path):
 
     monkeypatch.setenv("HOME", str(tmp_path))
     monkeypatch.setenv("SPECWHISPER_MODELS", "~/weights")
-    assert models.models_dir() == tmp_path.resolve() / "weights"
-    assert offline.models_dir is models.models_dir  # the converter writes where the app reads
+    assert checkpoints.models_dir() == tmp_path.resolve() / "weights"
+    assert offline.models_dir is checkpoints.models_dir  # the converter writes where the app reads
 
 
 def test_self_int8_is_cached_per_main_dtype(tiny_models):
-    cache = models.ModelCache()
-    ckpt = models._local_checkpoint(tiny_models / "tiny-random-a")
+    cache = loading.ModelCache()
+    ckpt = checkpoints._local_checkpoint(tiny_models / "tiny-random-a")
     fp32 = cache.get(ckpt, torch.device("cpu"), torch.float32)
     bf16 = cache.get(ckpt, torch.device("cpu"), torch.bfloat16)
     draft_fp32, draft_bf16 = drafters.self_int8(fp32, cache), drafters.self_int8(bf16, cache)
@@ -126,8 +130,8 @@ def test_self_int8_reads_half_precision_encoder_outputs(tiny_models):
     encoder outputs in the main's dtype; int8 dynamic Linear layers take fp32 only."""
     from transformers.modeling_outputs import BaseModelOutput
 
-    cache = models.ModelCache()
-    ckpt = models._local_checkpoint(tiny_models / "tiny-random-a")
+    cache = loading.ModelCache()
+    ckpt = checkpoints._local_checkpoint(tiny_models / "tiny-random-a")
     main = cache.get(ckpt, torch.device("cpu"), torch.bfloat16)
     draft = drafters.self_int8(main, cache)
     torch.manual_seed(0)
@@ -144,8 +148,8 @@ def test_self_int8_reads_half_precision_encoder_outputs(tiny_models):
 def test_refusals_never_show_the_servers_absolute_models_folder(tiny_models, use_models):
     use_models(tiny_models)
     for name in ("no-such-model", "../../etc"):
-        with pytest.raises(models.CheckpointError) as caught:
-            models.resolve(name)
+        with pytest.raises(checkpoints.CheckpointError) as caught:
+            checkpoints.resolve(name)
         assert str(tiny_models) not in str(caught.value)
         assert tiny_models.name in str(caught.value)
 
@@ -184,10 +188,8 @@ def test_a_decode_logs_no_generation_config_deprecation(app_models, use_models, 
 
     import numpy as np
 
-    from specwhisper import decoding
-
     use_models(app_models)
-    main = models.ModelCache().get(resolve("tiny-random-a"), torch.device("cpu"), torch.float32)
+    main = loading.ModelCache().get(resolve("tiny-random-a"), torch.device("cpu"), torch.float32)
     features = decoding.prepare_features(main, np.zeros(16000, dtype=np.float32))
     decode = lambda: decoding.decode_baseline(main, features, decoding.DecodeOptions())  # noqa: E731
     notice = "Passing `generation_config` together with generation-related"
@@ -196,7 +198,7 @@ def test_a_decode_logs_no_generation_config_deprecation(app_models, use_models, 
     assert not [m for m in transformers_log if notice in m]
 
     utils_log = logging.getLogger("transformers.generation.utils")
-    (own_calls,) = [f for f in utils_log.filters if isinstance(f, models.TransformersOwnCalls)]
+    (own_calls,) = [f for f in utils_log.filters if isinstance(f, decoding.TransformersOwnCalls)]
     utils_log.removeFilter(own_calls)
     try:
         logging.Logger.warning_once.cache_clear()

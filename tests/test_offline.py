@@ -182,7 +182,7 @@ def test_cli_without_packages_says_how_to_get_them(tmp_path, monkeypatch, capsys
 class Clip:
     path: Path
     language: str
-    reference: str
+    reference_text: str
     duration_s: float
 
 
@@ -354,7 +354,7 @@ def test_greedy_transcripts_agree_with_faster_whisper(name, converted, faster, c
         )
         theirs.append(normalize("".join(s.text for s in segments)))
         ours.append(normalize(checkpoint.transcribe(audio, "en", pad_log_mel=True)))
-        truth.append(normalize(clip.reference))
+        truth.append(normalize(clip.reference_text))
 
     n_same = sum(a == b for a, b in zip(ours, theirs, strict=True))
     wer_ours, wer_theirs = _mean_wer(truth, ours), _mean_wer(truth, theirs)
@@ -425,7 +425,7 @@ def test_base_transcribes_the_53_s_sonnet_with_timestamps(converted, clips):
     starts = [offset["timestamp"][0] for offset in decoded["offsets"]]
     ends = [offset["timestamp"][1] for offset in decoded["offsets"]]
     normalize = EnglishTextNormalizer({})
-    wer = _mean_wer([normalize(clip.reference)], [normalize(decoded["text"])])
+    wer = _mean_wer([normalize(clip.reference_text)], [normalize(decoded["text"])])
     print(f"sonnet: {len(starts)} segments, last ends at {ends[-1]:.2f} s, WER {wer:.4f}")
     assert len(starts) >= 5
     assert starts == sorted(starts) and all(s <= e for s, e in zip(starts, ends, strict=True))

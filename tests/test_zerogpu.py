@@ -18,10 +18,10 @@ from typing import Any
 
 import pytest
 
-from specwhisper import compare, models
+from specwhisper import checkpoints, compare, loading
 from specwhisper.audio import load_audio
 from specwhisper.compare import CompareRequest
-from specwhisper.ui import device
+from specwhisper.ui import zerogpu
 from specwhisper.ui.choices import default_pair
 from specwhisper.ui.handlers import run_compare
 from specwhisper.ui.startup import preload_default_pair, preload_wanted
@@ -67,18 +67,18 @@ def forked_app(app_models, use_models, tmp_path, monkeypatch):
     for name in ("tiny-random-a", "tiny-random-b"):
         (tmp_path / name).symlink_to(app_models / name, target_is_directory=True)
     use_models(tmp_path)
-    monkeypatch.setattr(device, "on_device", in_a_fork(device.on_device))
-    models.CACHE.clear()
+    monkeypatch.setattr(zerogpu, "on_device", in_a_fork(zerogpu.on_device))
+    loading.CACHE.clear()
     yield
-    models.CACHE.clear()
+    loading.CACHE.clear()
 
 
 def compare_in_fork(assistant: str) -> tuple[dict[str, Any], float]:
     """One request through the page's API handler; also the seconds the server process (this
     one) spent loading for it."""
-    before = models.CACHE.total_load_s
+    before = loading.CACHE.total_load_s
     result = run_compare(str(SPANISH), "auto", "transcribe", "tiny-random-a", assistant, repeats=1)
-    return result, models.CACHE.total_load_s - before
+    return result, loading.CACHE.total_load_s - before
 
 
 def test_second_request_loads_nothing(forked_app):
@@ -94,9 +94,9 @@ def test_second_request_loads_nothing(forked_app):
 
 
 def test_preloaded_default_pair_loads_nothing_on_the_first_request(forked_app):
-    assert default_pair() == ("tiny-random-a (local)", models.SELF_INT8)
+    assert default_pair() == ("tiny-random-a (local)", checkpoints.SELF_INT8)
     preload_default_pair()
-    result, loaded_here = compare_in_fork(models.SELF_INT8)
+    result, loaded_here = compare_in_fork(checkpoints.SELF_INT8)
     assert loaded_here == 0 and result["load_time_s"] == 0
     assert result["identical"] is True
 
@@ -108,7 +108,7 @@ def test_gpu_reservation_counts_loading(forked_app):
     assert load_s > 0
     duration_s = len(samples) / 16_000
     runs_s = 0.2 * (req.repeats + 1) * duration_s  # 2 x (repeats + 1) runs at 10x real time
-    assert device.gpu_seconds(samples, req) >= int(2 * load_s + runs_s)
+    assert zerogpu.gpu_seconds(samples, req) >= int(2 * load_s + runs_s)
 
 
 def test_only_the_app_preloads_at_import(monkeypatch):

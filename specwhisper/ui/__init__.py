@@ -7,7 +7,7 @@ One concern per module:
   form       the form section: audio and examples, the pair, language, task, advanced settings
   api        the `compare` endpoint's fields as one table: hidden inputs and the request built
   handlers   what the endpoint and Compare run: request, audio, loading, device, rendering
-  device     the ZeroGPU-decorated calls that run models, and the GPU time they reserve
+  zerogpu    the ZeroGPU-decorated calls that run models, and the GPU time they reserve
   stopping   timed runs stop between model passes when their visitor cancels or leaves
   errors     errors worded for a person
   verdict    the headline (IDENTICAL or MISMATCH, speed-up, precision), a failed run's
@@ -21,8 +21,8 @@ One concern per module:
              transformers
   exports    the Markdown table and the JSON download
   estimate   how long Compare takes on this machine, said before it starts
-  batch      batch mode's handler: reads the files, asks specwhisper.batch, presents
-  batch_view batch mode's results drawn
+  batch_mode batch mode's handler and its views: reads the files, asks specwhisper.batch_mode,
+             draws the result
   choices    the mains, the assistants that fit, the starting pair, the examples
   texts      the page's fixed texts and choice lists
   startup    preloading the default pair, and the launch options

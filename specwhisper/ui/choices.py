@@ -1,6 +1,6 @@
 """What the form offers: the mains, the assistants that fit a main, the pair the page starts on,
-the example clips and their reference texts. It reads the checkpoint registry (specwhisper.models)
-and loads nothing."""
+the example clips and their reference texts. It reads the checkpoint registry
+(specwhisper.checkpoints) and loads nothing."""
 
 from __future__ import annotations
 
@@ -12,9 +12,10 @@ from typing import Any
 import gradio as gr
 import torch
 
-from specwhisper import models
+from specwhisper import checkpoints, hub
+from specwhisper.checkpoints import CheckpointError
 from specwhisper.examples import Example, read_manifest
-from specwhisper.models import CheckpointError
+from specwhisper.ui import texts
 from specwhisper.ui.texts import APP_DIR, models_notice
 
 log = logging.getLogger(__name__)
@@ -30,18 +31,18 @@ HUB_UNREACHABLE = (
 
 def default_pair() -> tuple[str, str]:
     """The (main, assistant) labels the page starts on, for this hardware and Hub access."""
-    return models.default_pair(on_gpu=torch.cuda.is_available(), hub=not models.hub_offline())
+    return checkpoints.default_pair(on_gpu=torch.cuda.is_available(), hub=not hub.hub_offline())
 
 
 def main_settings(main: str | None) -> tuple[list[str], str, bool, str]:
     """(assistant choices, default assistant, English-only?, note) for a main label."""
     if not main:
-        return [models.SELF_INT8], models.SELF_INT8, False, ""
+        return [checkpoints.SELF_INT8], checkpoints.SELF_INT8, False, ""
     try:
-        ckpt = models.resolve(main, role="main")
+        ckpt = checkpoints.resolve(main, role="main")
     except CheckpointError as e:
-        return [models.SELF_INT8], models.SELF_INT8, False, str(e)
-    choices = models.assistant_choices(ckpt, include_hub=not models.hub_offline())
+        return [checkpoints.SELF_INT8], checkpoints.SELF_INT8, False, str(e)
+    choices = checkpoints.assistant_choices(ckpt, include_hub=not hub.hub_offline())
     note = ""
     if ckpt.english_only:
         note = (
@@ -49,15 +50,15 @@ def main_settings(main: str | None) -> tuple[list[str], str, bool, str]:
             "are fixed. Pick a multilingual main to choose them."
         )
     if ckpt.id == TURBO:
-        note = models.TURBO_NOTE
+        note = texts.TURBO_NOTE
     return choices, _default_assistant(choices, ckpt), ckpt.english_only, note
 
 
-def _default_assistant(choices: list[str], main: models.Checkpoint) -> str:
+def _default_assistant(choices: list[str], main: checkpoints.Checkpoint) -> str:
     """self-int8 where it is offered (CPU); on GPU a distil model, else another one; the main
     itself only when nothing else can draft for it (turbo on a GPU)."""
-    if models.SELF_INT8 in choices:
-        return models.SELF_INT8
+    if checkpoints.SELF_INT8 in choices:
+        return checkpoints.SELF_INT8
     others = [c for c in choices if c != main.label]
     distil = [c for c in others if "distil" in c]
     return (distil or others or choices)[0]
@@ -88,7 +89,7 @@ def examples() -> list[Example]:
 def example_label(example: Example) -> str:
     """An example's button: language, duration and the first words said."""
     duration = f"{example.duration_s:.0f} s" if example.duration_s else ""
-    words = example.reference.split()
+    words = example.reference_text.split()
     preview = " ".join(words[:6]) + (" …" if len(words) > 6 else "")
     return " · ".join(x for x in (example.language, duration, f"“{preview}”") if x)
 
@@ -97,7 +98,7 @@ def reference_for(audio: str | None) -> str:
     """The reference text of an example clip, matched by file name; empty for other audio."""
     if not audio:
         return ""
-    return {e.path.name: e.reference for e in examples()}.get(Path(audio).name, "")
+    return {e.path.name: e.reference_text for e in examples()}.get(Path(audio).name, "")
 
 
 @dataclass(frozen=True)
@@ -115,8 +116,8 @@ class FormStart:
 
 def form_start() -> FormStart:
     """The mains on offer and the pair the page starts on, for this hardware and Hub access."""
-    offline = models.hub_offline()
-    mains = [c.label for c in models.main_choices(include_hub=not offline)]
+    offline = hub.hub_offline()
+    mains = [c.label for c in checkpoints.main_choices(include_hub=not offline)]
     main, assistant = default_pair()
     if main not in mains:  # nothing available: the page says how to get weights
         main = mains[0] if mains else None
@@ -124,6 +125,6 @@ def form_start() -> FormStart:
     if assistant not in assistants:
         assistant = default_assistant
     notice = models_notice(mains, offline)
-    if offline and mains and not models.offline_mode():
+    if offline and mains and not hub.offline_mode():
         notice = HUB_UNREACHABLE
     return FormStart(mains, main, assistants, assistant, english_only, main_note, notice)

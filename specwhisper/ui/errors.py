@@ -15,8 +15,8 @@ from collections.abc import Iterator
 import gradio as gr
 
 from specwhisper.audio import AudioError
+from specwhisper.checkpoints import CheckpointError
 from specwhisper.compare import CompareError
-from specwhisper.models import CheckpointError
 
 log = logging.getLogger(__name__)
 

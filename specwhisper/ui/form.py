@@ -10,7 +10,7 @@ from typing import Any
 
 import gradio as gr
 
-from specwhisper import decoding, models, reference
+from specwhisper import decoding, loading, reference
 from specwhisper.examples import Example
 from specwhisper.schedule import SCHEDULES
 from specwhisper.ui import texts
@@ -162,7 +162,7 @@ REFERENCE_INFO = (
 
 def _reference_settings() -> dict[str, gr.Component]:
     """The reference engine: a checkbox and its compute type (float16 only on a GPU)."""
-    on_gpu = models.default_device().type == "cuda"
+    on_gpu = loading.default_device().type == "cuda"
     with gr.Row():
         on = gr.Checkbox(
             False, label="Also time faster-whisper (CTranslate2)", info=REFERENCE_INFO, scale=3

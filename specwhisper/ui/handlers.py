@@ -6,9 +6,9 @@ On the page a failed run's sentence takes the verdict's place and every other vi
 (as it is when a run starts), so an older clip's result never stays on screen; the API raises.
 Each finished run also measures this machine's speed, for the estimate shown before the next.
 
-The handlers decode nothing themselves (specwhisper.compare does, through device) and draw
+The handlers decode nothing themselves (specwhisper.compare does, through zerogpu) and draw
 nothing themselves (verdict, tokens, figure, snippet and exports do). Batch mode's handler is in
-batch.py.
+batch_mode.py.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ import torch
 from specwhisper import compare
 from specwhisper.audio import AudioError, AudioLimits, load_audio
 from specwhisper.compare import CompareRequest
-from specwhisper.ui import device
+from specwhisper.ui import zerogpu
 from specwhisper.ui.api import compare_request
 from specwhisper.ui.choices import reference_for
 from specwhisper.ui.errors import person_errors
@@ -137,7 +137,7 @@ class Shown(NamedTuple):
     markdown: str
     json_file: str | None
     reference_box: Any  # gr.Column(visible=...): the reference column, shown when one ran
-    reference_engine: str  # the reference column's HTML
+    reference: str  # the reference column's HTML
 
 
 def on_compare(
@@ -253,11 +253,11 @@ def compare_run(audio: str | None, req: CompareRequest, progress: gr.Progress | 
         start_s = time.perf_counter()
         # checked once: a wrong checkpoint or language is reported before decoding
         checked = compare.check_request(req)
-        report = device.reporter(progress)
+        report = zerogpu.reporter(progress)
         report(0.0, "Reading the audio")
         clip = load_audio(audio, audio_limits())
         main, _, load_s = compare.load_pair(checked, progress=report)
-        result = device.on_device(clip.samples, checked, progress)
+        result = zerogpu.on_device(clip.samples, checked, progress)
         # what this process loaded, plus what the worker had to load itself (0 when it found
         # the pair in the cache it was forked with)
         result["load_time_s"] = round(load_s + result["load_time_s"], 3)

@@ -10,8 +10,7 @@ import gradio as gr
 
 from specwhisper.ui import texts
 from specwhisper.ui.api import accept_short_calls, api_components
-from specwhisper.ui.batch import on_batch
-from specwhisper.ui.batch_view import BATCH_COLUMNS
+from specwhisper.ui.batch_mode import BATCH_COLUMNS, on_batch
 from specwhisper.ui.choices import examples, form_start, on_main_change, reference_for
 from specwhisper.ui.form import Form, form_section
 from specwhisper.ui.handlers import on_compare, on_estimate, on_start, run_compare
@@ -46,7 +45,7 @@ class Results:
 
     estimate: gr.Markdown
     verdict: gr.HTML
-    reference: gr.Textbox
+    reference_text: gr.Textbox
     baseline: gr.HTML
     speculative: gr.HTML
     spectrogram: gr.Plot
@@ -57,7 +56,7 @@ class Results:
     markdown: gr.Code
     json_file: gr.File
     reference_box: gr.Column  # faster-whisper's column, shown when asked for
-    reference_engine: gr.HTML
+    reference: gr.HTML
 
     def outputs(self) -> list[gr.Component]:
         """on_compare's outputs, in handlers.Shown's order."""
@@ -74,7 +73,7 @@ class Results:
             self.markdown,
             self.json_file,
             self.reference_box,
-            self.reference_engine,
+            self.reference,
         ]
 
 
@@ -84,7 +83,7 @@ def results_section() -> Results:
     estimate = gr.Markdown(elem_id="estimate")
     # the one progress bar shows here, over handlers.RUNNING, while a run is under way
     verdict = gr.HTML(texts.VERDICT_PLACEHOLDER, elem_id="verdict")
-    reference = gr.Textbox(
+    reference_text = gr.Textbox(
         label="Reference (what is said in the example clip)",
         interactive=False,
         lines=2,
@@ -96,7 +95,7 @@ def results_section() -> Results:
         with gr.Column(min_width=300):
             speculative = gr.HTML()
         with gr.Column(min_width=300, visible=False) as reference_box:
-            reference_engine = gr.HTML()
+            reference = gr.HTML()
     with gr.Accordion("The audio: what Whisper reads, and the segments", open=False):
         spectrogram = gr.Plot(show_label=False)
     # closed and empty until a result exists; on_compare opens it
@@ -110,7 +109,7 @@ def results_section() -> Results:
     return Results(
         estimate,
         verdict,
-        reference,
+        reference_text,
         baseline,
         speculative,
         spectrogram,
@@ -121,7 +120,7 @@ def results_section() -> Results:
         markdown,
         json_file,
         reference_box,
-        reference_engine,
+        reference,
     )
 
 
@@ -253,7 +252,7 @@ def _wire(form: Form, results: Results, batch: Batch, api: Api) -> None:
         [form.assistant, form.language, form.task, form.main_note],
         api_visibility="private",
     )
-    form.audio.change(reference_for, form.audio, results.reference, api_visibility="private")
+    form.audio.change(reference_for, form.audio, results.reference_text, api_visibility="private")
     batch.run.click(
         on_batch_,
         [batch.files, batch.sizes, batch.repeats, form.main, form.assistant, form.language],

@@ -16,7 +16,7 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from specwhisper import compare, decoding, models
+from specwhisper import checkpoints, compare, decoding, loading
 from specwhisper.compare import CompareRequest
 from specwhisper.ui.texts import APP_DIR
 from specwhisper.ui.verdict import encoder_of
@@ -26,8 +26,8 @@ PLAIN_NEEDS = "torch, transformers and librosa"
 
 def plain_snippet(result: Mapping[str, Any], req: CompareRequest) -> str:
     """transformers' assisted generation with the run's pair, dtype, γ and decoding."""
-    main = models.resolve(result["main"], role="main")
-    self_int8 = result["assistant"] == models.SELF_INT8
+    main = checkpoints.resolve(result["main"], role="main")
+    self_int8 = result["assistant"] == checkpoints.SELF_INT8
     encoder = encoder_of(result)
     mixed = encoder != result["dtype"]
     device = "cuda" if result["device"].startswith("cuda") else "cpu"
@@ -78,7 +78,7 @@ def _plain_note(result: Mapping[str, Any], req: CompareRequest) -> list[str]:
             "full Whisper\n#    assistant stops after the first segment: snippet 2 runs the "
             "whole audio."
         )
-    if result["assistant"] == models.SELF_INT8:
+    if result["assistant"] == checkpoints.SELF_INT8:
         notes.append(
             "#    self-int8 is specwhisper's assistant; plain transformers has none, so it is "
             "built here\n#    from torch and transformers alone: the main's decoder, its Linear "
@@ -104,12 +104,12 @@ def _imports(self_int8: bool, mixed: bool, assistant: str) -> list[str]:
 
 def _decoder_only(assistant: str) -> bool:
     """A decoder-only assistant (self-int8 or distil-style), which reads the main's encoder."""
-    if assistant == models.SELF_INT8:
+    if assistant == checkpoints.SELF_INT8:
         return True
-    return models.resolve(assistant, role="assistant").decoder_only
+    return checkpoints.resolve(assistant, role="assistant").decoder_only
 
 
-def _main_loading(main: models.Checkpoint, mixed: bool) -> list[str]:
+def _main_loading(main: checkpoints.Checkpoint, mixed: bool) -> list[str]:
     lines = [
         f"processor = WhisperProcessor.from_pretrained({_quoted(_source(main))})",
         "main = WhisperForConditionalGeneration.from_pretrained(",
@@ -118,7 +118,7 @@ def _main_loading(main: models.Checkpoint, mixed: bool) -> list[str]:
     ]
     if mixed:  # the run's own helper, shown as it is: it needs only torch
         doc = "The encoder in encoder_dtype; the decoder gets its output in its own dtype."
-        lines += ["", "", *_source_with_docstring(models.set_encoder_dtype, doc), "", ""]
+        lines += ["", "", *_source_with_docstring(loading.set_encoder_dtype, doc), "", ""]
         lines.append("set_encoder_dtype(main, encoder_dtype)  # the decoder stays in dtype")
     return lines
 
@@ -162,9 +162,11 @@ def _self_int8_building(dtype: str) -> list[str]:
     return lines
 
 
-def _assistant_loading(main: models.Checkpoint, assistant_label: str, mixed: bool) -> list[str]:
+def _assistant_loading(
+    main: checkpoints.Checkpoint, assistant_label: str, mixed: bool
+) -> list[str]:
     """Loading code for an assistant checkpoint that from_pretrained reads."""
-    assistant = models.resolve(assistant_label, role="assistant")
+    assistant = checkpoints.resolve(assistant_label, role="assistant")
     if assistant.id == main.id and assistant.path == main.path:
         return ["assistant = main  # the main drafting for itself"]
     kind = "WhisperForCausalLM" if assistant.decoder_only else "WhisperForConditionalGeneration"
@@ -179,7 +181,7 @@ def _assistant_loading(main: models.Checkpoint, assistant_label: str, mixed: boo
 
 
 def _generate_call(
-    result: Mapping[str, Any], req: CompareRequest, main: models.Checkpoint
+    result: Mapping[str, Any], req: CompareRequest, main: checkpoints.Checkpoint
 ) -> list[str]:
     """The features and the `generate` call, its arguments from decoding.generate_options."""
     long_form = result["duration_s"] > decoding.WINDOW_S
@@ -226,7 +228,7 @@ def _quoted(text: str) -> str:
     return json.dumps(text, ensure_ascii=False)
 
 
-def _source(ckpt: models.Checkpoint) -> str:
+def _source(ckpt: checkpoints.Checkpoint) -> str:
     """What from_pretrained takes for a checkpoint: its Hub id, or a local folder as the app's
     folder spells it (never the server's absolute path)."""
     if ckpt.path is None:

@@ -11,7 +11,7 @@ from typing import Any
 
 import gradio as gr
 
-from specwhisper.reference import word_error_rate
+from specwhisper.scoring import word_error_rate
 from specwhisper.ui.verdict import figures_table
 
 MAX_CHANGES = 12  # word changes listed; the rest are counted

@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from specwhisper import decoding, models
+from specwhisper import checkpoints, decoding
 from specwhisper.compare import CompareRequest
 from specwhisper.schedule import draft_confidence, draft_stops_early
 from specwhisper.ui.plain_snippet import literal, plain_snippet
@@ -30,20 +30,20 @@ class Snippets:
     """The two ways to redo a run, each a runnable Python file."""
 
     plain: str  # transformers' assisted generation with the run's pair; no specwhisper
-    ours: str  # specwhisper's loop with the run's request
+    loop: str  # specwhisper's loop with the run's request
 
 
 def snippets(result: Mapping[str, Any], req: CompareRequest) -> Snippets:
     """Both snippets for a run: `result` is its API JSON, `req` the request it ran."""
-    return Snippets(plain=plain_snippet(result, req), ours=ours_snippet(result, req))
+    return Snippets(plain=plain_snippet(result, req), loop=loop_snippet(result, req))
 
 
 def reproduce_snippet(result: Mapping[str, Any], req: CompareRequest) -> str:
     """Both snippets as one file: the plain one runs as shown, and specwhisper's follows as
     comments (one file prints one transcript; the page can show each on its own)."""
     both = snippets(result, req)
-    ours = [_commented(line) for line in both.ours.rstrip("\n").splitlines()]
-    return both.plain + "\n" + "\n".join(ours) + "\n"
+    loop = [_commented(line) for line in both.loop.rstrip("\n").splitlines()]
+    return both.plain + "\n" + "\n".join(loop) + "\n"
 
 
 def _commented(line: str) -> str:
@@ -52,17 +52,17 @@ def _commented(line: str) -> str:
     return f"# {line}" if line else "#"
 
 
-def ours_snippet(result: Mapping[str, Any], req: CompareRequest) -> str:
+def loop_snippet(result: Mapping[str, Any], req: CompareRequest) -> str:
     """specwhisper's speculative loop with the run's request (our engine where it ran
     transformers'), its install line and the γ schedule it used."""
-    ours = _our_request(result, req)
-    default = CompareRequest(main=ours.main, assistant=ours.assistant)
+    request = _loop_request(result, req)
+    default = CompareRequest(main=request.main, assistant=request.assistant)
     shown = ("main", "assistant", "gamma", "gamma_schedule")  # the rest where not the default
     arguments = [
-        f"    {f.name}={literal(getattr(ours, f.name))},"
-        for f in dataclasses.fields(ours)
+        f"    {f.name}={literal(getattr(request, f.name))},"
+        for f in dataclasses.fields(request)
         if f.name != "repeats"
-        and (f.name in shown or getattr(ours, f.name) != getattr(default, f.name))
+        and (f.name in shown or getattr(request, f.name) != getattr(default, f.name))
     ]
     lines = [
         "# 2. This run in specwhisper's own speculative loop (the speculative column), with the",
@@ -71,7 +71,7 @@ def ours_snippet(result: Mapping[str, Any], req: CompareRequest) -> str:
     if result["engine"] != "specwhisper":
         lines.append("#    The run itself used transformers' assisted loop: snippet 1.")
     lines += [
-        *_schedule_note(ours),
+        *_schedule_note(request),
         "from specwhisper import compare, decoding",
         "from specwhisper.audio import load_audio",
         "from specwhisper.decoding import decode_speculative",
@@ -88,13 +88,13 @@ def ours_snippet(result: Mapping[str, Any], req: CompareRequest) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _our_request(result: Mapping[str, Any], req: CompareRequest) -> CompareRequest:
+def _loop_request(result: Mapping[str, Any], req: CompareRequest) -> CompareRequest:
     """The request that redoes the run in our loop, read from what ran (the result), and from
     the request where the result does not say."""
-    main = models.resolve(result["main"], role="main")
+    main = checkpoints.resolve(result["main"], role="main")
     assistant = result["assistant"]
-    if assistant != models.SELF_INT8:
-        assistant = models.resolve(assistant, role="assistant").id
+    if assistant != checkpoints.SELF_INT8:
+        assistant = checkpoints.resolve(assistant, role="assistant").id
     encoder = encoder_of(result)
     decoded = result.get("decoding")
     return CompareRequest(

@@ -13,8 +13,8 @@ import torch
 
 from specwhisper import compare
 from specwhisper.audio import AudioLimits
+from specwhisper.checkpoints import CheckpointError
 from specwhisper.compare import CompareError, CompareRequest
-from specwhisper.models import CheckpointError
 from specwhisper.ui.choices import default_pair
 
 log = logging.getLogger(__name__)

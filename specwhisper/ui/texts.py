@@ -8,7 +8,7 @@ from pathlib import Path
 
 from transformers.models.whisper.tokenization_whisper import LANGUAGES
 
-from specwhisper import models
+from specwhisper import checkpoints, loading
 
 # The Space's root, where app.py, examples/ and models/ live: paths shown on the page are
 # relative to it.
@@ -84,10 +84,10 @@ FALLBACK_INFO = (
 
 def encoder_info() -> str:
     """The encoder-precision field's help, for the hardware the page runs on."""
-    device = models.default_device()
+    device = loading.default_device()
     if device.type == "cuda":
         where = "On this GPU auto runs the whole model in float16 already."
-    elif models.bf16_encoder_pays(device):
+    elif loading.bf16_encoder_pays(device):
         where = "This CPU has AMX tiles: in bfloat16 the encoder runs about 3x faster."
     else:
         where = "Without AMX tiles (as here) bfloat16 makes the encoder slower."
@@ -100,7 +100,7 @@ def encoder_info() -> str:
 
 def models_notice(mains: list[str], offline: bool) -> str:
     """What the page says above the form when the Hub is off, or no checkpoint is there."""
-    folder = shown_path(models.models_dir())
+    folder = shown_path(checkpoints.models_dir())
     if not mains:
         return (
             "**No checkpoints are available.** The Hugging Face Hub is not used (offline mode) "
@@ -123,3 +123,17 @@ def shown_path(folder: Path) -> str:
         if path.is_relative_to(APP_DIR):
             return f"`./{path.relative_to(APP_DIR).as_posix()}`"
     return f"`…/{Path(folder).resolve().name}` (set by SPECWHISPER_MODELS)"
+
+
+TURBO_NOTE = (
+    "openai/whisper-large-v3-turbo is large-v3 with its decoder cut from 32 layers to 4 and "
+    "fine-tuned: it is already the fast decoder that speculative decoding tries to get. No "
+    "listed assistant can draft for it. The tiny to medium models and distil-large-v2 use the "
+    "v1/v2 tokenizer, so their token ids mean other words; distil-large-v3 is a 2-layer decoder "
+    "distilled to read large-v3's encoder outputs, and the pair check keeps it to large-v3. "
+    "Even where a 2-layer draft fits, it would save at most half of a 4-layer step per accepted "
+    "token, before each verify pass is paid. So on a GPU turbo can only draft for itself, which "
+    "shows the mechanics (every draft token accepted) but is slower than turbo alone; on the CPU "
+    "self-int8 (turbo's own 4 layers in int8) is offered. Expect no speed-up from turbo: pick "
+    "large-v3 with distil-large-v3 to see the effect the blog describes."
+)

@@ -8,8 +8,8 @@ check of the sizes; `sweep` runs the sizes in ascending order, so that batch siz
 serve as every row's batch of one; `stitch` puts a recording's rows back together as the
 pipeline does, on both sides.
 
-It does not read audio files (see audio), load checkpoints (see models) or decode (see
-batched).
+It does not read audio files (see audio), load checkpoints (see loading) or decode (see
+batch_loop).
 """
 
 from __future__ import annotations
@@ -23,10 +23,10 @@ import numpy as np
 import torch
 
 from specwhisper.audio import SAMPLE_RATE, chunks
-from specwhisper.batched import decode_batch_baseline, decode_batch_speculative, prepare_batch
+from specwhisper.batch_loop import decode_batch_baseline, decode_batch_speculative, prepare_batch
 from specwhisper.compare import CompareError
 from specwhisper.decoding import WINDOW_S, first_divergence
-from specwhisper.models import Loaded
+from specwhisper.loading import Loaded
 from specwhisper.timing import alternate
 
 MIN_BATCH_SIZE, MAX_BATCH_SIZE = 1, 64
@@ -139,7 +139,7 @@ class BatchComparison:
         return self.baseline_s / self.speculative_s if self.speculative_s else 0.0
 
     @property
-    def n_identical(self) -> int:
+    def n_identical_rows(self) -> int:
         return sum(r.identical for r in self.rows)
 
     @property
@@ -153,9 +153,7 @@ class BatchComparison:
         return f"{sum(checked)}/{len(checked)}" if checked else None
 
     def to_dict(self, names: Sequence[str] | None = None) -> dict[str, Any]:
-        """The JSON the page and the bench write; each row named from `names` when given.
-        Counts carry the single-clip JSON's names too (n_clips, identical_clips,
-        n_main_forwards) beside the batch JSON's own (n_rows, n_identical, n_main_passes)."""
+        """The JSON the page and the bench write; each row named from `names` when given."""
         rows = [dataclasses.asdict(r) for r in self.rows]
         if names is not None:
             rows = [row | {"clip": name} for row, name in zip(rows, names, strict=True)]
@@ -167,12 +165,9 @@ class BatchComparison:
             "speculative_s": round(self.speculative_s, 4),
             "speedup": round(self.speedup, 4),
             "n_rows": len(self.rows),
-            "n_clips": len(self.rows),
-            "n_identical": self.n_identical,
-            "identical_clips": self.n_identical,
+            "n_identical_rows": self.n_identical_rows,
             "acceptance_rate": round(self.acceptance_rate, 4),
-            "n_main_passes": forwards,
-            "n_main_forwards": dict(forwards),
+            "n_main_forwards": forwards,
             "batched_baseline_equals_batch_of_one": self.batch_of_one_tally,
             "rows": rows,
         }

