@@ -30,6 +30,7 @@ from specwhisper.audio import SAMPLE_RATE
 from specwhisper.drafters import make_drafter
 from specwhisper.loading import Loaded
 from specwhisper.loop import DraftStep, LoopStats, own_loop
+from specwhisper.parallel import parallel_drafting, parallel_loop
 from specwhisper.schedule import DEFAULT_GAMMA, SCHEDULES, GammaSchedule
 from specwhisper.timing import ForwardMeter, clock, timed
 
@@ -71,6 +72,9 @@ class DecodeOptions:
     top_p: float | None = None  # sampling only
     seed: int = 0  # sampling only: the same seed repeats a run
     fallback: bool = False  # Whisper's temperature fallback (FALLBACK), in both columns alike
+    # our engine, greedy: the draft drafts the next block while the main verifies this one
+    # (specwhisper.parallel); sampling stays sequential. SPECWHISPER_PARALLEL_DRAFT=1 turns it on
+    parallel_draft: bool = False
 
 
 @dataclass(frozen=True)
@@ -98,7 +102,8 @@ class DecodeResult:
     # total time inside main decoder forwards: the decoder stack only, not the output
     # projection to logits (proj_out runs outside the metered module)
     main_forward_s: float = 0.0
-    draft_s: float = 0.0  # total time inside the draft
+    draft_s: float = 0.0  # total time inside the draft (parallel drafting: time the main waited)
+    draft_overlapped_s: float = 0.0  # parallel drafting: draft time hidden behind main passes
     encoder_s: float = 0.0  # total time inside the main's encoder
     # with the fallback recipe: the temperature each decoded window ended at (0.0: greedy)
     window_temperatures: tuple[float, ...] = ()
@@ -384,7 +389,10 @@ def decode_speculative(
         if opts.temperature > 0 or opts.fallback:
             generator = torch.Generator(device=main.device).manual_seed(opts.seed)
         drafter = make_drafter(main, assistant)
-        kwargs["custom_generate"] = own_loop(drafter, schedule, stats, generator)
+        # a main drafting for itself runs its metered decoder in the draft: sequential only
+        parallel = parallel_drafting(opts.parallel_draft) and assistant.model is not main.model
+        loop = parallel_loop if parallel else own_loop
+        kwargs["custom_generate"] = loop(drafter, schedule, stats, generator)
     else:
         settings = assistant_settings(opts.gamma, opts.gamma_schedule)
         kwargs["assistant_model"] = assistant.model
@@ -410,6 +418,7 @@ def decode_speculative(
         n_draft_tokens=sum(len(s.drafted) for s in stats.steps),
         n_accepted=sum(s.n_accepted for s in stats.steps),
         draft_s=stats.draft_s,
+        draft_overlapped_s=stats.draft_overlapped_s,
         encoder_s=encoder.total_s,
         window_temperatures=tuple(temperatures),
     )

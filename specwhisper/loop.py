@@ -46,6 +46,9 @@ class LoopStats:
 
     steps: list[DraftStep] = field(default_factory=list)
     draft_s: float = 0.0  # total time inside the drafter, device synced
+    # parallel drafting: the drafter's time hidden behind main passes (draft_s is what the
+    # main waited for)
+    draft_overlapped_s: float = 0.0
     n_windows: int = 0  # windows decoded (one call per 30 s window, and per fallback retry)
     # hides the drafter's forwards from the main's forward counter (a main drafting for itself)
     drafting: Callable[[], Any] = contextlib.nullcontext
