@@ -14,9 +14,9 @@ import dataclasses
 import threading
 from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
+from tiny import ASSISTANTS, noise_clips
 
 from specwhisper import cancel, checkpoints, decoding, drafters, loading, parallel
 from specwhisper.audio import load_audio
@@ -25,33 +25,9 @@ from specwhisper.loop import step_tokens
 from specwhisper.schedule import GammaSchedule
 
 ROOT = Path(__file__).resolve().parents[1]
-ASSISTANTS = ["tiny-random-b", "tiny-random-decoder", checkpoints.SELF_INT8]
 CPU, FP32 = torch.device("cpu"), torch.float32
 
 pytestmark = pytest.mark.usefixtures("one_torch_thread")
-
-
-@pytest.fixture(scope="module")
-def loaded(tiny_models):
-    cache = loading.ModelCache(capacity=8)
-
-    def load(name: str) -> loading.Loaded:
-        return cache.get(checkpoints._local_checkpoint(tiny_models / name), CPU, FP32)
-
-    main = load("tiny-random-a")
-    drafts = {name: load(name) for name in ASSISTANTS if name != checkpoints.SELF_INT8}
-    drafts[checkpoints.SELF_INT8] = drafters.self_int8(main, cache)
-    return main, drafts
-
-
-def _inputs(n: int) -> list[np.ndarray]:
-    rng = np.random.default_rng(4321)
-    return [
-        (rng.standard_normal(int(16_000 * rng.uniform(0.5, 8))) * rng.uniform(0.05, 0.5)).astype(
-            np.float32
-        )
-        for _ in range(n)
-    ]
 
 
 def _workers() -> list[threading.Thread]:
@@ -71,7 +47,7 @@ def test_parallel_drafting_equals_sequential_and_the_baseline(loaded, assistant,
     main, drafts = loaded
     opts = DecodeOptions(language="en", task="transcribe", max_new_tokens=max_new_tokens)
     n_tokens = n_drafted = n_missed = 0
-    for i, samples in enumerate(_inputs(8)):
+    for i, samples in enumerate(noise_clips(8)):
         features = decoding.prepare_features(main, samples)
         base = decoding.decode_baseline(main, features, opts)
         sequential = decoding.decode_speculative(main, drafts[assistant], features, opts)
@@ -100,23 +76,12 @@ def test_parallel_drafting_equals_sequential_and_the_baseline(loaded, assistant,
             assert n_missed > n_tokens / 4
 
 
-def test_our_loop_at_gamma_0_equals_the_baseline(loaded):
-    main, drafts = loaded
-    opts = DecodeOptions(language="en", task="transcribe", gamma=0, gamma_schedule="constant")
-    for samples in _inputs(6):
-        features = decoding.prepare_features(main, samples)
-        base = decoding.decode_baseline(main, features, opts)
-        ours = decoding.decode_speculative(main, drafts["tiny-random-b"], features, opts)
-        assert ours.token_ids == base.token_ids
-        assert ours.n_draft_tokens == 0
-
-
 def test_sampling_runs_the_sequential_loop(loaded):
     """Sampled runs keep the main's distribution through the sequential loop: the parallel
     switch changes nothing, draw for draw."""
     main, drafts = loaded
     opts = DecodeOptions(language="en", task="transcribe", max_new_tokens=30, temperature=0.8)
-    features = decoding.prepare_features(main, _inputs(1)[0])
+    features = decoding.prepare_features(main, noise_clips(1)[0])
     sequential = decoding.decode_speculative(main, drafts["tiny-random-b"], features, opts)
     ahead = dataclasses.replace(opts, parallel_draft=True)
     par = decoding.decode_speculative(main, drafts["tiny-random-b"], features, ahead)
@@ -149,7 +114,7 @@ def test_a_failed_or_cancelled_run_leaves_no_worker_and_the_next_run_is_right(
 ):
     main, drafts = loaded
     opts = DecodeOptions(language="en", task="transcribe", max_new_tokens=40, parallel_draft=True)
-    features = decoding.prepare_features(main, _inputs(3)[2])
+    features = decoding.prepare_features(main, noise_clips(3)[2])
     base = decoding.decode_baseline(main, features, opts)
     assert base.n_tokens > 10
     flag = threading.Event() if how == "cancelled" else None

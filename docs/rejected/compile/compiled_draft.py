@@ -116,7 +116,7 @@ def draft_step(
     ids: torch.Tensor,  # [K] token ids fed at positions first .. first + K - 1
     first: int,
 ) -> torch.Tensor:
-    """`drafters.lean_forward` for one row, the int8 linears through the custom op: the logits
+    """`int8_forward.lean_forward` for one row, the int8 linears through the custom op: the logits
     after the last fed token, [V]."""
     linear, d = torch.ops.specwhisper.int8_linear, w.d_model
     n_cols = ids.shape[0]
