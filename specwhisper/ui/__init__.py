@@ -26,6 +26,7 @@ One concern per module:
   choices    the mains, the assistants that fit, the starting pair, the examples
   texts      the page's fixed texts and choice lists
   startup    preloading the default pair, and the launch options
+  hardware   what torch sees, logged at start-up; a Space's GPU that torch cannot use, said
 
 It does not decode or time models itself.
 """
