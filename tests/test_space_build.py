@@ -108,8 +108,10 @@ def test_requirements_resolve_to_wheels_for_the_space_python(tmp_path):
     python = space_python()
     report = tmp_path / "report.json"
     platforms = [arg for tag in MANYLINUX for arg in ("--platform", tag)]
+    # --target installs nothing under --dry-run; older pips refuse --platform without it
     command = [sys.executable, "-m", "pip", "install", "--dry-run", "--quiet",
-               "--ignore-installed", "--report", str(report), "--python-version", python,
+               "--target", str(tmp_path / "target"), "--ignore-installed",
+               "--report", str(report), "--python-version", python,
                "--implementation", "cp", *platforms, "--only-binary=:all:",
                "-r", str(REQUIREMENTS)]  # fmt: skip
     done = subprocess.run(command, capture_output=True, text=True, env=env, timeout=900)
