@@ -27,6 +27,7 @@ One concern per module:
   choices    the mains, the assistants that fit, the starting pair, the examples
   texts      the page's fixed texts and choice lists
   startup    preloading the default pair, and the launch options
+  hardware   what torch sees, logged at start-up; a Space's GPU that torch cannot use, said
 
 To add a view under Compare: (1) a renderer, result -> value, in the module of its concern;
 (2) a field in handlers.Shown and a component of that name in layout.Results (results_section);

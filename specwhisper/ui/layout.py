@@ -14,6 +14,7 @@ from specwhisper.ui.batch_mode import BATCH_COLUMNS, on_batch
 from specwhisper.ui.choices import examples, form_start, on_main_change, reference_for
 from specwhisper.ui.form import Form, form_section
 from specwhisper.ui.handlers import Shown, on_compare, on_estimate, on_start, run_compare
+from specwhisper.ui.hardware import missing_gpu_notice
 from specwhisper.ui.share import share_section
 from specwhisper.ui.startup import skip_queue_analytics
 from specwhisper.ui.stopping import stops_when_gone
@@ -25,6 +26,8 @@ def build_demo() -> gr.Blocks:
     start = form_start()
     with gr.Blocks(title="specwhisper", delete_cache=(1800, 3600)) as demo:
         gr.Markdown(texts.HEADER)
+        no_gpu = missing_gpu_notice()  # a Space's GPU that torch cannot use
+        gr.Markdown(no_gpu, visible=bool(no_gpu), elem_id="no-gpu")
         gr.Markdown(start.notice, visible=bool(start.notice))
         form = form_section(start, examples())
         results = results_section()

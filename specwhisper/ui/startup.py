@@ -16,6 +16,7 @@ from specwhisper.audio import AudioLimits
 from specwhisper.checkpoints import CheckpointError
 from specwhisper.compare import CompareError, CompareRequest
 from specwhisper.ui.choices import default_pair
+from specwhisper.ui.hardware import torch_hardware
 
 log = logging.getLogger(__name__)
 
@@ -59,7 +60,9 @@ def skip_queue_analytics() -> None:
 def launch_options() -> dict[str, Any]:
     """Keyword arguments for demo.launch(): the upload limit (SPECWHISPER_MAX_FILE_MIB), and the
     MCP server, so agents can call `compare` as a tool, when gradio's `mcp` extra is installed
-    (`gradio[mcp]`; without it gradio refuses to launch with mcp_server=True)."""
+    (`gradio[mcp]`; without it gradio refuses to launch with mcp_server=True). Logs what
+    hardware torch sees, once, as the server starts."""
+    log.info("Hardware: %s", torch_hardware().line())
     limits = AudioLimits.from_env(on_gpu=torch.cuda.is_available())
     mcp = importlib.util.find_spec("mcp") is not None
     if not mcp:
