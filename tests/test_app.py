@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import shutil
 from pathlib import Path
 
 import gradio as gr
@@ -221,10 +222,17 @@ def test_front_matter_lists_the_models_and_preloads_the_gpu_default():
         assert "model.safetensors" in entry.split()[1].split(",")
 
 
-def test_reference_text_follows_the_example_by_file_name(tmp_path):
-    copy = tmp_path / "gradio-cache" / JFK.name  # gradio hands examples over as copies
+def test_reference_text_follows_the_example_by_its_audio_not_its_name(tmp_path):
+    copy = tmp_path / "gradio-cache" / "renamed.wav"  # gradio hands examples over as copies
+    copy.parent.mkdir()
+    shutil.copy(JFK, copy)
     assert reference_for(str(copy)).startswith("And so my fellow Americans")
-    assert reference_for(str(tmp_path / "mine.wav")) == ""
+    # a visitor's own recording that only shares the example's name (and even its size)
+    mine = tmp_path / "visitor" / JFK.name
+    mine.parent.mkdir()
+    mine.write_bytes(JFK.read_bytes()[:-2] + b"\x01\x02")
+    assert reference_for(str(mine)) == ""
+    assert reference_for(str(tmp_path / "missing.wav")) == ""
     assert reference_for(None) == ""
 
 

@@ -4,6 +4,8 @@ and loads nothing."""
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -94,10 +96,36 @@ def example_label(example: Example) -> str:
 
 
 def reference_for(audio: str | None) -> str:
-    """The reference text of an example clip, matched by file name; empty for other audio."""
+    """The reference text of an example clip, matched by the file's bytes (gradio hands an
+    example over as a copy under another folder); empty for other audio, a visitor's own file
+    named like an example included."""
     if not audio:
         return ""
-    return {e.path.name: e.reference for e in examples()}.get(Path(audio).name, "")
+    path = Path(audio)
+    try:
+        candidates = _example_texts().get(path.stat().st_size, {})
+        return candidates.get(_digest(path), "") if candidates else ""
+    except OSError:
+        return ""
+
+
+@functools.cache
+def _example_texts() -> dict[int, dict[str, str]]:
+    """Each example's reference text by its file's size, then its bytes' digest: only a file of
+    an example's size is read."""
+    texts: dict[int, dict[str, str]] = {}
+    for example in examples():
+        try:
+            texts.setdefault(example.path.stat().st_size, {})[_digest(example.path)] = (
+                example.reference
+            )
+        except OSError:
+            log.warning("example %s cannot be read; it gets no reference text", example.path.name)
+    return texts
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()  # a file the page took: 50 MiB at most
 
 
 @dataclass(frozen=True)
