@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from specwhisper import decoding, drafters, metrics, models, reference
+from specwhisper import decoding, drafters, languages, metrics, models, reference
 from specwhisper.audio import SAMPLE_RATE
 from specwhisper.decoding import DecodeOptions, DecodeResult, Features
 from specwhisper.timing import Timings, alternate, device_name
@@ -136,6 +136,9 @@ def check_request(req: CompareRequest) -> CheckedRequest:
             raise CompareError(
                 f"{main.label} is English-only: it can only transcribe English, not translate."
             )
+    problem = languages.language_problem(main, code)
+    if problem:
+        raise CompareError(problem)
     if not 0 <= req.gamma <= 64:
         raise CompareError("The number of draft tokens must be between 0 and 64.")
     if not 0.0 <= req.temperature <= MAX_TEMPERATURE:

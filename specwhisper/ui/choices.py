@@ -16,7 +16,9 @@ import torch
 
 from specwhisper import models
 from specwhisper.examples import Example, read_manifest
+from specwhisper.languages import all_languages, main_languages
 from specwhisper.models import CheckpointError
+from specwhisper.ui import texts
 from specwhisper.ui.texts import APP_DIR, models_notice
 
 log = logging.getLogger(__name__)
@@ -65,15 +67,30 @@ def _default_assistant(choices: list[str], main: models.Checkpoint) -> str:
     return (distil or others or choices)[0]
 
 
-def on_main_change(main: str) -> tuple[Any, Any, Any, Any]:
-    """Offer the assistants that share the main's tokenizer; fix language and task for
-    English-only mains."""
+def language_choices(main: str | None) -> list[str]:
+    """Auto-detect and the languages the main has a token for, by name (all of Whisper's when
+    the main is unknown: choosing one then gets the checkpoint's own sentence)."""
+    codes: tuple[str, ...] = tuple(all_languages())
+    if main:
+        try:
+            codes = main_languages(models.resolve(main, role="main"))
+        except CheckpointError:
+            pass
+    return [texts.AUTO, *sorted(all_languages()[code].title() for code in codes)]
+
+
+def on_main_change(main: str, language: str | None = None) -> tuple[Any, Any, Any, Any]:
+    """Offer the assistants that share the main's tokenizer, and the languages it knows (the
+    chosen one kept where it has it); fix language and task for English-only mains."""
     choices, assistant, english_only, note = main_settings(main)
+    offered = language_choices(main)
     if english_only:
-        language = gr.update(value="English", interactive=False)
+        language = gr.update(choices=offered, value="English", interactive=False)
         task = gr.update(value="transcribe", interactive=False)
     else:
-        language, task = gr.update(interactive=True), gr.update(interactive=True)
+        kept = language if language in offered else texts.AUTO
+        language = gr.update(choices=offered, value=kept, interactive=True)
+        task = gr.update(interactive=True)
     note_update = gr.update(value=note, visible=bool(note))
     return gr.update(choices=choices, value=assistant), language, task, note_update
 
@@ -134,6 +151,7 @@ class FormStart:
 
     mains: list[str]  # every main offered; empty when no checkpoint is available
     main: str | None  # the default pair's main where offered, else the first; None: no main
+    languages: list[str]  # Auto-detect and the languages the main knows, by name
     assistants: list[str]  # the assistants that fit it
     assistant: str
     english_only: bool  # language and task fixed to English transcription
@@ -154,4 +172,13 @@ def form_start() -> FormStart:
     notice = models_notice(mains, offline)
     if offline and mains and not models.offline_mode():
         notice = HUB_UNREACHABLE
-    return FormStart(mains, main, assistants, assistant, english_only, main_note, notice)
+    return FormStart(
+        mains,
+        main,
+        language_choices(main),
+        assistants,
+        assistant,
+        english_only,
+        main_note,
+        notice,
+    )
