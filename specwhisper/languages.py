@@ -31,16 +31,16 @@ def main_languages(ckpt: models.Checkpoint) -> tuple[str, ...]:
     English-only main, which takes no language token and transcribes English."""
     if ckpt.english_only:
         return ("en",)
-    return _languages_of(ckpt.id, ckpt.path, ckpt.family)
+    folder = ckpt.path
+    if folder is None:  # a Hub main: its cached snapshot, if any (read each time: it may arrive)
+        snapshot = models.cached_snapshot(ckpt.id)
+        folder = snapshot.folder if snapshot is not None else None
+    return _languages_in(folder, ckpt.family)
 
 
 @functools.lru_cache(maxsize=64)
-def _languages_of(ckpt_id: str, path: Path | None, family: str) -> tuple[str, ...]:
+def _languages_in(folder: Path | None, family: str) -> tuple[str, ...]:
     known = all_languages()
-    folder = path
-    if folder is None:
-        snapshot = models.cached_snapshot(ckpt_id)
-        folder = snapshot.folder if snapshot is not None else None
     tokens = _lang_to_id(folder) if folder is not None else None
     if tokens is not None:
         return tuple(code for code in known if f"<|{code}|>" in tokens)
