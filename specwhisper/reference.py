@@ -12,7 +12,9 @@ Weights: for the offline checkpoints, the CTranslate2 model the converter read (
 folder, or model.bin pieces joined in memory, so nothing is copied to disk); a `ctranslate2/`
 folder inside a local checkpoint; for Hub mains, faster-whisper's own CTranslate2 repository
 (e.g. "base" -> Systran/faster-whisper-base), from the Hugging Face cache when the Hub is off.
-Without one, a sentence says so.
+Without one, a sentence says so; so does a copy faster-whisper fails to load or run, and the
+other columns stand. On a CPU faster-whisper runs in a worker process, which a stop ends at once
+(specwhisper.reference_worker).
 
 It does not decode audio files, load transformers models or know about the page.
 """
