@@ -185,7 +185,8 @@ BAD_FILES = {
     "65535-channels.wav": (_many_channels, "The file could not be read as audio"),
     "long.wav": (
         lambda p: write_wav(p, tone(MAX_AUDIO_S + 5, 8_000), 8_000),
-        f"The audio is {MAX_AUDIO_S + 5:.1f} s long; this Space accepts up to {MAX_AUDIO_S:.1f} s.",
+        f"The audio is {MAX_AUDIO_S + 5:.1f} s long; this server accepts up to "
+        f"{MAX_AUDIO_S:.1f} s.",
     ),
 }
 
