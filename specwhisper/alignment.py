@@ -6,7 +6,8 @@ It runs after a comparison's timed runs, never inside one: one more, untimed, ba
 of the same audio with the same options. The times belong to the baseline's tokens, which are
 the speculative run's tokens when decoding is greedy; when they differ, or this decode does not
 reproduce them, there are no times, and a note names why. Long-form audio (over 30 s) gets
-absolute times, each 30 s window's tokens offset by where that window starts.
+absolute times, each 30 s window's tokens offset by where that window starts. No token starts
+before the speech does (where a voice activity detector first hears it).
 
 It does not time anything, draw anything or change the comparison's other keys.
 """
@@ -165,5 +166,23 @@ def add_token_times(
     if times.note:
         spec["token_times_note"] = times.note
     else:
-        spec["token_times_s"] = [round(t, 2) for t in times.start_s]
+        onset_s = speech_onset_s(samples)
+        spec["token_times_s"] = [round(max(t, onset_s), 2) for t in times.start_s]
     return result
+
+
+def speech_onset_s(samples: np.ndarray) -> float:
+    """Where speech starts in the audio (0.0 when no speech is found, or no detector is
+    installed): the first speech chunk of Silero's voice activity detector, which faster-whisper
+    ships.
+
+    Whisper's alignment starts the first token at 0.0 whatever comes before the speech (the
+    warping path begins at the first frame), so 4 s of leading silence would read as the first
+    word; no token can start before the speech does, so earlier starts are moved up to it."""
+    try:
+        from faster_whisper.vad import VadOptions, get_speech_timestamps
+    except ImportError:  # the reference engine's extra is not installed
+        return 0.0
+    # no padding: the chunk starts where the detector first hears speech
+    chunks = get_speech_timestamps(samples, VadOptions(speech_pad_ms=0), SAMPLE_RATE)
+    return chunks[0]["start"] / SAMPLE_RATE if chunks else 0.0

@@ -380,9 +380,10 @@ def _check_file(path: str | os.PathLike | None, limits: AudioLimits) -> Path:
     if size == 0:
         raise AudioError("The file is empty (0 bytes).")
     if size > limits.max_file_bytes:
+        limit_mib = limits.max_file_bytes / BYTES_PER_MIB
         raise AudioError(
-            f"The file is {size / BYTES_PER_MIB:.1f} MiB; this Space accepts files up to "
-            f"{limits.max_file_bytes / BYTES_PER_MIB:.3g} MiB."
+            f"The file is {_more_than(size / BYTES_PER_MIB, limit_mib, 'MiB')}; "
+            f"{_this_server()} accepts files up to {limit_mib:.3g} MiB."
         )
     if not os.access(path, os.R_OK):
         raise AudioError("The file could not be opened (permission denied).")
@@ -420,9 +421,27 @@ def _too_long_message(duration_s: float | None, limits: AudioLimits) -> str:
     """Said to a visitor, who cannot change the limit (SPECWHISPER_MAX_AUDIO_S: the owner can)."""
     how_long = "too long"
     if duration_s and duration_s > limits.max_duration_s:
-        how_long = f"{_format_duration(duration_s)} long"
+        how_long = _format_duration(duration_s)
+        if how_long == _format_duration(limits.max_duration_s):
+            how_long = _more_than(duration_s, limits.max_duration_s, "s")
+        how_long += " long"
     limit = _format_duration(limits.max_duration_s)
-    return f"The audio is {how_long}; this Space accepts up to {limit}."
+    return f"The audio is {how_long}; {_this_server()} accepts up to {limit}."
+
+
+def _this_server() -> str:
+    """How a refusal names the app: a Space only where Hugging Face runs it (it sets SPACE_ID)."""
+    return "this Space" if os.environ.get("SPACE_ID") else "this server"
+
+
+def _more_than(value: float, limit: float, unit: str) -> str:
+    """`value` with as many decimals as it takes to read as more than `limit` (one at least):
+    120.01 s against a 120 s limit is not "2 min"."""
+    for decimals in range(1, 7):
+        text = f"{value:.{decimals}f}"
+        if float(text) > limit:
+            return f"{text} {unit}"
+    return f"{value} {unit}"
 
 
 def _format_duration(seconds: float) -> str:

@@ -229,10 +229,9 @@ def resolve(name: str, *, role: str = "main") -> Checkpoint:
             raise CheckpointError(
                 f"'{name}' is not in the list of supported checkpoints; pick one from the list."
             )
-        raise CheckpointError(
-            f"Unknown {role} checkpoint '{name}'. Use a listed Hub id, a folder in {shown(root)}"
-            + (", or 'self-int8'." if role == "assistant" else ".")
-        )
+        folder = f"a folder in {shown(root)}"
+        choices = f", {folder}, or 'self-int8'" if role == "assistant" else f" or {folder}"
+        raise CheckpointError(f"Unknown {role} checkpoint '{name}'. Use a listed Hub id{choices}.")
     resolved = Path(os.path.normpath(path if path.is_absolute() else root / path))
     if not resolved.is_relative_to(root):
         raise CheckpointError(

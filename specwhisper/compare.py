@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from specwhisper import checkpoints, decoding, drafters, loading, metrics, reference
+from specwhisper import checkpoints, decoding, drafters, languages, loading, metrics, reference
 from specwhisper.audio import SAMPLE_RATE
 from specwhisper.decoding import DecodeOptions, DecodeResult, Features
 from specwhisper.schedule import DEFAULT_GAMMA
@@ -169,6 +169,9 @@ def check_request(req: CompareRequest) -> CheckedRequest:
             raise CompareError(
                 f"{main.label} is English-only: it can only transcribe English, not translate."
             )
+    problem = languages.language_problem(main, code)
+    if problem:
+        raise CompareError(problem)
     if not 0 <= req.gamma <= 64:
         raise CompareError("The number of draft tokens must be between 0 and 64.")
     if not 0.0 <= req.temperature <= MAX_TEMPERATURE:
@@ -486,24 +489,22 @@ def compare(
     n_sides = 2 + bool(reference.parse_reference(ok.request.reference)) + ok.request.loop_alone
     n_runs = n_sides * (repeats + 1)
     n_windows = max(1, math.ceil(len(samples) / SAMPLE_RATE / decoding.WINDOW_S))
+    detects_language = ok.language is None and not ok.main.english_only
     done = [0]
 
     def run(side: str, fn: Callable[[], DecodeResult]) -> DecodeResult:
         """One run, reporting progress at its start and at each 30 s window it encodes."""
-        run_index, window = done[0], [0]
+        run_index, n_pass = done[0], [0]
         done[0] += 1
 
         def on_window(*_: Any) -> None:
-            window[0] += 1
-            where = run_index + min(window[0], n_windows) / (n_windows + 1)
-            name = side.replace("_", " ").capitalize()
-            label = f"{name} run {run_index // n_sides + 1} of {repeats + 1}"
-            if n_windows > 1:
-                label += f", window {window[0]} of ~{n_windows}"
+            where = run_index + min(n_pass[0], n_windows) / (n_windows + 1)
+            n_run = run_index // n_sides + 1
+            label = run_label(side, n_run, repeats + 1, n_pass[0], n_windows, detects_language)
             progress(0.2 + 0.8 * where / n_runs, label)
+            n_pass[0] += 1
 
-        on_window()
-        window[0] = 0
+        on_window()  # the run starts: before its first encoder pass
         hook = main.model.model.encoder.register_forward_pre_hook(on_window)
         try:
             return fn()
@@ -521,6 +522,23 @@ def compare(
         around=run if progress else None,
     )
     return speculative
+
+
+def run_label(
+    side: str, n_run: int, n_runs: int, n_pass: int, n_windows: int, detects_language: bool
+) -> str:
+    """What the progress bar says during a run, e.g. "Baseline run 2 of 4, window 1 of ~2", as
+    the run starts (`n_pass` 0) and before its `n_pass`-th encoder pass. With the language on
+    auto, Whisper's first encoder pass detects it (on the first 30 s), before any window.
+    `n_windows`, the audio's length in 30 s windows, is an estimate: each window starts where
+    the last one's words ended, so a clip can take more; past it, no total is given."""
+    label = f"{side.replace('_', ' ').capitalize()} run {n_run} of {n_runs}"
+    if detects_language and n_pass == 1:
+        return label + ", detecting the language"
+    n_window = max(1, n_pass - detects_language)  # pass 0: the run starts, its first window
+    if n_windows > 1 or n_window > 1:
+        label += f", window {n_window}" + (f" of ~{n_windows}" if n_window <= n_windows else "")
+    return label
 
 
 def compare_loaded(

@@ -12,7 +12,9 @@ Weights: for the offline checkpoints, the CTranslate2 model the converter read (
 folder, or model.bin pieces joined in memory, so nothing is copied to disk); a `ctranslate2/`
 folder inside a local checkpoint; for Hub mains, faster-whisper's own CTranslate2 repository
 (e.g. "base" -> Systran/faster-whisper-base), from the Hugging Face cache when the Hub is off.
-Without one, a sentence says so.
+Without one, a sentence says so; so does a copy faster-whisper fails to load or run, and the
+other columns stand. On a CPU faster-whisper runs in a worker process, which a stop ends at once
+(specwhisper.reference_worker).
 
 It does not decode audio files, load transformers models or know about the page.
 """
@@ -21,6 +23,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import logging
 import statistics
 import threading
 import time
@@ -32,8 +35,9 @@ from typing import Any
 import numpy as np
 import torch
 
-from specwhisper import checkpoints, hub, loading, metrics, offline
+from specwhisper import cancel, checkpoints, hub, loading, metrics, offline
 from specwhisper.decoding import DecodeResult
+from specwhisper.reference_worker import InProcess, Transcript, Weights, Worker
 from specwhisper.scoring import text_normalizer
 from specwhisper.timing import Timings, device_name
 
@@ -52,6 +56,19 @@ TIMING = (
     "median of {repeats} after warm-up, in turn with the other runs; includes its own log-mel "
     "features (the other columns' are computed once, before timing)"
 )
+
+
+# What the column says when faster-whisper itself fails (the details go to the server log).
+LOAD_FAILED = (
+    "faster-whisper could not load the CTranslate2 copy of {main} in {compute_type}, so it was "
+    "not timed; the details are in the server log."
+)
+RUN_FAILED = (
+    "faster-whisper failed while transcribing this clip, so it was not timed; the details are in "
+    "the server log."
+)
+
+log = logging.getLogger(__name__)
 
 
 class ReferenceError(ValueError):
@@ -200,19 +217,10 @@ def _hub_source(ckpt: checkpoints.Checkpoint) -> Ct2Source | None:
     return Ct2Source(label or ckpt.id, folder=Path(folder))
 
 
-def _model_location(source: Ct2Source) -> tuple[str, dict[str, bytes] | None]:
-    """What WhisperModel takes: a folder path, or a name and the model's files in memory."""
-    if source.folder is not None:
-        return str(source.folder), None
-    # CTranslate2 reads model.bin whole; joined in memory, the pieces are not copied to disk.
-    home = source.parts[0].parent
-    files = {"model.bin": b"".join(p.read_bytes() for p in source.parts)}
-    for name in ("config.json", "tokenizer.json", "preprocessor_config.json"):
-        if (home / name).is_file():
-            files[name] = (home / name).read_bytes()
-    for vocabulary in home.glob("vocabulary.*"):
-        files[vocabulary.name] = vocabulary.read_bytes()
-    return source.label, files
+def _weights(source: Ct2Source) -> Weights:
+    """The source as the worker takes it: plain paths."""
+    folder = str(source.folder) if source.folder is not None else None
+    return Weights(source.label, folder, tuple(str(p) for p in source.parts))
 
 
 # ---------------------------------------------------------------------------------------------
@@ -223,7 +231,7 @@ def _model_location(source: Ct2Source) -> tuple[str, dict[str, bytes] | None]:
 class LoadedReference:
     """A faster-whisper model ready to run, and how it was set up."""
 
-    model: Any  # faster_whisper.WhisperModel
+    model: Worker | InProcess  # faster-whisper in its worker process (CPU), or here (GPU)
     spec: ReferenceSpec
     source: Ct2Source
     device: str  # "cpu" or "cuda"
@@ -233,7 +241,7 @@ class LoadedReference:
     @property
     def ct2_compute_type(self) -> str:
         """What CTranslate2 runs, e.g. int8_float32 for int8 weights on a CPU."""
-        return str(self.model.model.compute_type)
+        return self.model.compute_type
 
 
 _CACHE: dict[tuple, LoadedReference] = {}
@@ -241,35 +249,30 @@ _CACHE_LOCK = threading.Lock()
 _CACHE_SIZE = 2  # a reference model per compute type at most; they are small next to the main
 
 
-def load_reference(spec: ReferenceSpec, main: loading.Loaded) -> LoadedReference:
+def load_reference(
+    spec: ReferenceSpec, main: loading.Loaded, check: Callable[[], None] = cancel.check
+) -> LoadedReference:
     """faster-whisper on the main's CTranslate2 copy, on the main's device, with torch's thread
-    count; cached. ReferenceError when there is no copy."""
+    count: in a worker process on a CPU (specwhisper.reference_worker says why), here on a GPU;
+    cached while its worker lives. ReferenceError when there is no copy; `check` runs while it
+    loads (a stop ends the worker)."""
     source = ct2_source(main.checkpoint)
     device = "cuda" if main.device.type == "cuda" else "cpu"
     n_threads = torch.get_num_threads()
     key = (source.key, spec.compute_type, device, n_threads)
     with _CACHE_LOCK:
-        if key in _CACHE:
+        if key in _CACHE and _CACHE[key].model.alive:
             loaded = _CACHE[key]
             return LoadedReference(loaded.model, spec, source, device, n_threads, 0.0)
-        from faster_whisper import WhisperModel
-
+        _CACHE.pop(key, None)
         start = time.perf_counter()
-        location, files = _model_location(source)
-        model = WhisperModel(
-            location,
-            device=device,
-            compute_type=spec.compute_type,
-            cpu_threads=n_threads,
-            num_workers=1,
-            files=files,
-            local_files_only=True,
-        )
+        engine = Worker if device == "cpu" else InProcess
+        model = engine(_weights(source), device, spec.compute_type, n_threads, check)
         loaded = LoadedReference(
             model, spec, source, device, n_threads, time.perf_counter() - start
         )
         if len(_CACHE) >= _CACHE_SIZE:
-            _CACHE.pop(next(iter(_CACHE)))
+            _CACHE.pop(next(iter(_CACHE))).model.close()
         _CACHE[key] = loaded
         return loaded
 
@@ -278,40 +281,7 @@ def load_reference(spec: ReferenceSpec, main: loading.Loaded) -> LoadedReference
 # Running
 
 
-@dataclass(frozen=True)
-class ReferenceRun:
-    """One faster-whisper transcription."""
-
-    text: str
-    token_ids: tuple[
-        int, ...
-    ]  # the segments' tokens: no prompt, no end-of-text (as the speculative column's)
-    language: str  # as given, or as it detected
-
-
-def transcribe(
-    loaded: LoadedReference, samples: np.ndarray, language: str | None, task: str | None
-) -> ReferenceRun:
-    """Transcribe with the baseline's decoding settings; the lazy segment generator is consumed
-    here, so a timer around this call times the decoding."""
-    segments, info = loaded.model.transcribe(
-        samples,
-        language=language,
-        task=task or "transcribe",
-        beam_size=1,
-        best_of=1,
-        temperature=0.0,
-        without_timestamps=True,
-        vad_filter=False,
-        condition_on_previous_text=False,
-        # The baseline (plain greedy generate) neither skips silent windows nor retries any.
-        compression_ratio_threshold=None,
-        log_prob_threshold=None,
-        no_speech_threshold=None,
-    )
-    segments = list(segments)  # transcribe() is lazy: this is where the decoding happens
-    text = "".join(s.text for s in segments).strip()
-    return ReferenceRun(text, tuple(t for s in segments for t in s.tokens), info.language)
+ReferenceRun = Transcript  # one faster-whisper transcription: text, token ids, language
 
 
 # ---------------------------------------------------------------------------------------------
@@ -436,19 +406,44 @@ def compare_with_baseline(
     )
 
 
+class GuardedRun:
+    """The reference's run on one clip, for the timer. It raises only to stop (a Cancelled):
+    a failure is logged and kept as the column's sentence, and later calls do nothing, so a
+    reference that breaks costs the comparison its own column and nothing else."""
+
+    def __init__(
+        self, loaded: LoadedReference, samples: np.ndarray, language: str | None, task: str | None
+    ) -> None:
+        self.loaded = loaded
+        self.failure = ""  # the column's sentence once it failed
+        self.audio_key = loaded.model.set_audio(samples, language, task, cancel.check)
+
+    def __call__(self) -> ReferenceRun | None:
+        if self.failure:
+            return None
+        try:
+            return self.loaded.model.run(self.audio_key, cancel.check)
+        except Exception:
+            log.exception("faster-whisper failed while transcribing")
+            self.failure = RUN_FAILED
+            return None
+
+
 @dataclass(frozen=True)
 class ReferenceColumn:
     """A reference prepared for one audio: `run` to time (None when it cannot run), and what
     turns its timings into the column."""
 
     spec: ReferenceSpec
-    run: Callable[[], ReferenceRun] | None
+    run: GuardedRun | None
     loaded: LoadedReference | None = None
     note: str = ""  # why it cannot run
 
     def result(
         self, timings: Timings | None, baseline: DecodeResult, spelling: dict[str, str] | None
     ) -> ReferenceResult | ReferenceUnavailable:
+        if self.run is not None and self.run.failure:
+            return ReferenceUnavailable(self.spec, self.run.failure)
         if self.loaded is None or timings is None:
             return ReferenceUnavailable(self.spec, self.note)
         return compare_with_baseline(self.loaded, timings, baseline, spelling)
@@ -462,15 +457,20 @@ def prepare(
     task: str | None,
 ) -> ReferenceColumn | None:
     """The reference column for a request's `reference` setting (None when off): loaded and
-    ready to time, or unavailable with a sentence saying why (no CTranslate2 copy)."""
+    ready to time, or unavailable with a sentence saying why (no CTranslate2 copy, or
+    faster-whisper failed to load it or to take the clip)."""
     spec = parse_reference(value)
     if spec is None:
         return None
     try:
         loaded = load_reference(spec, main)
+        return ReferenceColumn(spec, GuardedRun(loaded, samples, language, task), loaded)
     except ReferenceError as e:
         return ReferenceColumn(spec, None, note=str(e))
-    return ReferenceColumn(spec, lambda: transcribe(loaded, samples, language, task), loaded)
+    except Exception:
+        log.exception("faster-whisper could not load %s", main.checkpoint.label)
+        note = LOAD_FAILED.format(main=main.checkpoint.id, compute_type=spec.compute_type)
+        return ReferenceColumn(spec, None, note=note)
 
 
 # ---------------------------------------------------------------------------------------------

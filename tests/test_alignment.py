@@ -227,3 +227,41 @@ def test_long_form_tokens_carry_their_window_offsets(aligned, shared_speech):
     spec = result["speculative"]
     origins = [origin for _, origin in token_origins(spec["token_ids"], spec["steps"])]
     assert origins.count("main") == result["baseline"]["n_windows"]  # each window's first token
+
+
+def with_leading_silence(path: Path, silence_s: float, tmp_path: Path) -> tuple[Path, np.ndarray]:
+    """A real clip with `silence_s` of digital silence before it, written as a WAV."""
+    import soundfile as sf
+
+    samples = load_audio(path).samples
+    longer = np.concatenate([np.zeros(int(silence_s * SAMPLE_RATE), np.float32), samples])
+    out = tmp_path / f"silence_{silence_s:g}s_{path.name}"
+    sf.write(out, longer, SAMPLE_RATE, subtype="PCM_16")
+    return out, longer
+
+
+def energy_onset_s(samples: np.ndarray) -> float:
+    """The first 20 ms frame whose loudness is within 20 dB of the clip's loudest frame."""
+    frame = int(0.02 * SAMPLE_RATE)
+    n = len(samples) // frame
+    rms = np.sqrt(np.mean(samples[: n * frame].reshape(n, frame) ** 2, axis=1))
+    return float(np.argmax(rms >= rms.max() / 10) * 0.02)
+
+
+def test_speech_onset_is_where_the_speech_starts(tmp_path):
+    from specwhisper.alignment import speech_onset_s
+
+    _, samples = with_leading_silence(JFK, 4.0, tmp_path)
+    assert abs(speech_onset_s(samples) - energy_onset_s(samples)) < 0.25
+    assert speech_onset_s(samples) > 4.0
+    assert speech_onset_s(np.zeros(SAMPLE_RATE * 3, np.float32)) == 0.0  # no speech at all
+
+
+@pytest.mark.slow
+def test_the_first_token_starts_where_its_speech_starts(aligned, tmp_path):
+    path, samples = with_leading_silence(JFK, 4.0, tmp_path)
+    _, result = aligned(path)
+    times = assert_one_time_per_token_in_order(samples, result)
+    # Whisper's alignment alone puts the first token at 0.0, over 4 s of silence
+    assert abs(times[0] - energy_onset_s(samples)) < 0.25, times[:3]
+    assert times[1] >= times[0]

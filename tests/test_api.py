@@ -187,7 +187,8 @@ BAD_FILES = {
     "65535-channels.wav": (_many_channels, "The file could not be read as audio"),
     "long.wav": (
         lambda p: write_wav(p, tone(MAX_AUDIO_S + 5, 8_000), 8_000),
-        f"The audio is {MAX_AUDIO_S + 5:.1f} s long; this Space accepts up to {MAX_AUDIO_S:.1f} s.",
+        f"The audio is {MAX_AUDIO_S + 5:.1f} s long; this server accepts up to "
+        f"{MAX_AUDIO_S:.1f} s.",
     ),
 }
 
@@ -308,7 +309,8 @@ BAD_FIELDS = {
     "gamma 2.5": (dict(gamma=2.5), f"{GAMMA} 2.5."),
     "gamma as a list": (dict(gamma=[1, 2]), f"{GAMMA} a list."),
     "gamma as an object": (dict(gamma={"n": 5}), f"{GAMMA} an object."),
-    "gamma true": (dict(gamma=True), f"{GAMMA} True."),
+    "gamma true": (dict(gamma=True), f"{GAMMA} true."),
+    "language true": (dict(language=True), "The language must be text, not true."),
     "gamma empty": (dict(gamma=None), "Gamma (draft tokens per step) is empty; it must be a whole"),
     "repeats 1.5": (dict(repeats=1.5), f"{REPEATS} 1.5."),
     "repeats as text": (dict(repeats="3"), f"{REPEATS} '3'."),

@@ -123,7 +123,7 @@ def test_file_over_size_limit_is_rejected_before_decoding(tmp_path):
     path.write_bytes(np.random.default_rng(0).bytes(5 * 2**19))
     limits = AudioLimits(max_file_bytes=2**20)
     message = expect_error(
-        "The file is 2.5 MiB; this Space accepts files up to 1 MiB.", load_audio, path, limits
+        "The file is 2.5 MiB; this server accepts files up to 1 MiB.", load_audio, path, limits
     )
     assert ENV_MAX_FILE_MIB not in message  # a visitor cannot set it
 
@@ -239,7 +239,7 @@ def test_invalid_float_samples(tmp_path, bad):
 def test_too_long(tmp_path):
     path = write_wav(tmp_path / "long.wav", tone(5.0, 8_000), 8_000)
     message = expect_error(
-        "The audio is 5.0 s long; this Space accepts up to 2.0 s.",
+        "The audio is 5.0 s long; this server accepts up to 2.0 s.",
         load_audio,
         path,
         AudioLimits(max_duration_s=2.0),
@@ -252,13 +252,13 @@ def test_decoding_stops_at_the_duration_limit(tmp_path):
     samples = np.concatenate([tone(3.0, 16_000), np.full(16_000, np.nan, np.float32)])
     path = write_float_wav(tmp_path / "long_bad_tail.wav", samples, 16_000)
     expect_error(
-        "this Space accepts up to 2.0 s", load_audio, path, AudioLimits(max_duration_s=2.0)
+        "this server accepts up to 2.0 s", load_audio, path, AudioLimits(max_duration_s=2.0)
     )
 
 
 def test_hours_long_file_is_rejected(tmp_path):
     path = write_wav(tmp_path / "meeting.wav", np.full(3600 * 1_000, 0.1), 1_000)  # 1 h
-    expect_error("1 h long; this Space accepts up to 2 min.", load_audio, path, AudioLimits())
+    expect_error("1 h long; this server accepts up to 2 min.", load_audio, path, AudioLimits())
 
 
 @pytest.mark.parametrize("rate", [500_000, 800])
@@ -519,3 +519,19 @@ def test_chunks_cut_as_the_asr_pipeline_cuts(seconds):
     assert [stride for _, stride in ours] == [t["stride"] for t in theirs]
     assert all(len(piece) == stride[0] for piece, stride in ours)
     assert ours[0][0][0] == 0 and ours[-1][0][-1] == samples[-1]  # nothing lost at either end
+
+
+def test_a_refusal_just_over_the_limit_reads_as_over_it_and_names_the_host(tmp_path, monkeypatch):
+    monkeypatch.delenv("SPACE_ID", raising=False)
+    path = write_wav(tmp_path / "long.wav", np.full(120_010, 0.1), 1_000)  # 120.01 s
+    expect_error("The audio is 120.01 s long; this server accepts up to 2 min.", load_audio, path)
+    monkeypatch.setenv("SPACE_ID", "someone/specwhisper")  # what Hugging Face sets on a Space
+    expect_error("The audio is 120.01 s long; this Space accepts up to 2 min.", load_audio, path)
+
+    monkeypatch.delenv("SPACE_ID")
+    path = tmp_path / "big.wav"
+    path.write_bytes(np.random.default_rng(0).bytes(2**20 + 2**10))  # 1 KiB over 1 MiB
+    limits = AudioLimits(max_file_bytes=2**20)
+    expect_error(
+        "The file is 1.001 MiB; this server accepts files up to 1 MiB.", load_audio, path, limits
+    )

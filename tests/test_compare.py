@@ -243,3 +243,22 @@ def test_engine_and_schedule_checks_have_one_home(tiny_models, use_models):
         )
         with pytest.raises(CompareError, match=words):
             compare.check_request(req)
+
+
+def test_the_progress_label_counts_windows_not_encoder_passes():
+    # 30.5 s on auto: the language is detected, then two windows; never "window 3 of ~2"
+    labels = [compare.run_label("baseline", 1, 4, n, 2, True) for n in range(4)]
+    assert labels[1:] == [
+        "Baseline run 1 of 4, detecting the language",
+        "Baseline run 1 of 4, window 1 of ~2",
+        "Baseline run 1 of 4, window 2 of ~2",
+    ]
+    # a language given: every pass is a window; past the estimate no total is given
+    assert (
+        compare.run_label("speculative", 2, 4, 2, 2, False)
+        == "Speculative run 2 of 4, window 2 of ~2"
+    )
+    assert compare.run_label("speculative", 2, 4, 3, 2, False) == "Speculative run 2 of 4, window 3"
+    # one window: no window count at all
+    assert compare.run_label("baseline", 1, 4, 1, 1, False) == "Baseline run 1 of 4"
+    assert compare.run_label("baseline", 1, 4, 2, 1, True) == "Baseline run 1 of 4"

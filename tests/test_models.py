@@ -208,3 +208,19 @@ def test_a_decode_logs_no_generation_config_deprecation(app_models, use_models, 
         utils_log.addFilter(own_calls)
     utils_log.warning(f"{notice} arguments=({{'top_k'}}) is deprecated")
     assert transformers_log[-1].startswith(notice), "a notice about our own arguments was hidden"
+
+
+def test_an_unknown_checkpoint_is_told_each_way_to_name_one(tmp_path, use_models):
+    use_models(tmp_path)
+    folder = checkpoints.shown(tmp_path)
+    with pytest.raises(CheckpointError) as main:
+        resolve("no-such-model")
+    assert str(main.value) == (
+        f"Unknown main checkpoint 'no-such-model'. Use a listed Hub id or a folder in {folder}."
+    )
+    with pytest.raises(CheckpointError) as assistant:
+        resolve("no-such-model", role="assistant")
+    assert str(assistant.value) == (
+        "Unknown assistant checkpoint 'no-such-model'. Use a listed Hub id, a folder in "
+        f"{folder}, or 'self-int8'."
+    )

@@ -15,6 +15,7 @@ before the app could say anything). What the values mean (a known checkpoint, ga
 
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
 from typing import Any
@@ -123,6 +124,8 @@ def echo(value: Any) -> str:
         return "a list"
     if isinstance(value, dict):
         return "an object"
+    if isinstance(value, bool) or value is None:
+        return json.dumps(value)  # as the caller wrote it: JSON's true, not Python's True
     text = value if isinstance(value, str) else repr(value)
     if len(text) > ECHO_CHARS:
         text = text[:ECHO_CHARS] + "…"

@@ -4,6 +4,8 @@ the example clips and their reference texts. It reads the checkpoint registry
 
 from __future__ import annotations
 
+import functools
+import hashlib
 import logging
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,6 +17,7 @@ import torch
 from specwhisper import checkpoints, hub
 from specwhisper.checkpoints import CheckpointError
 from specwhisper.examples import Example, read_manifest
+from specwhisper.languages import all_languages, main_languages
 from specwhisper.ui import texts
 from specwhisper.ui.texts import APP_DIR, models_notice
 
@@ -64,15 +67,30 @@ def _default_assistant(choices: list[str], main: checkpoints.Checkpoint) -> str:
     return (distil or others or choices)[0]
 
 
-def on_main_change(main: str) -> tuple[Any, Any, Any, Any]:
-    """Offer the assistants that share the main's tokenizer; fix language and task for
-    English-only mains."""
+def language_choices(main: str | None) -> list[str]:
+    """Auto-detect and the languages the main has a token for, by name (all of Whisper's when
+    the main is unknown: choosing one then gets the checkpoint's own sentence)."""
+    codes: tuple[str, ...] = tuple(all_languages())
+    if main:
+        try:
+            codes = main_languages(checkpoints.resolve(main, role="main"))
+        except CheckpointError:
+            pass
+    return [texts.AUTO, *sorted(all_languages()[code].title() for code in codes)]
+
+
+def on_main_change(main: str, language: str | None = None) -> tuple[Any, Any, Any, Any]:
+    """Offer the assistants that share the main's tokenizer, and the languages it knows (the
+    chosen one kept where it has it); fix language and task for English-only mains."""
     choices, assistant, english_only, note = main_settings(main)
+    offered = language_choices(main)
     if english_only:
-        language = gr.update(value="English", interactive=False)
+        language = gr.update(choices=offered, value="English", interactive=False)
         task = gr.update(value="transcribe", interactive=False)
     else:
-        language, task = gr.update(interactive=True), gr.update(interactive=True)
+        kept = language if language in offered else texts.AUTO
+        language = gr.update(choices=offered, value=kept, interactive=True)
+        task = gr.update(interactive=True)
     note_update = gr.update(value=note, visible=bool(note))
     return gr.update(choices=choices, value=assistant), language, task, note_update
 
@@ -95,10 +113,36 @@ def example_label(example: Example) -> str:
 
 
 def reference_for(audio: str | None) -> str:
-    """The reference text of an example clip, matched by file name; empty for other audio."""
+    """The reference text of an example clip, matched by the file's bytes (gradio hands an
+    example over as a copy under another folder); empty for other audio, a visitor's own file
+    named like an example included."""
     if not audio:
         return ""
-    return {e.path.name: e.reference_text for e in examples()}.get(Path(audio).name, "")
+    path = Path(audio)
+    try:
+        candidates = _example_texts().get(path.stat().st_size, {})
+        return candidates.get(_digest(path), "") if candidates else ""
+    except OSError:
+        return ""
+
+
+@functools.cache
+def _example_texts() -> dict[int, dict[str, str]]:
+    """Each example's reference text by its file's size, then its bytes' digest: only a file of
+    an example's size is read."""
+    texts: dict[int, dict[str, str]] = {}
+    for example in examples():
+        try:
+            texts.setdefault(example.path.stat().st_size, {})[_digest(example.path)] = (
+                example.reference_text
+            )
+        except OSError:
+            log.warning("example %s cannot be read; it gets no reference text", example.path.name)
+    return texts
+
+
+def _digest(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()  # a file the page took: 50 MiB at most
 
 
 @dataclass(frozen=True)
@@ -107,6 +151,7 @@ class FormStart:
 
     mains: list[str]  # every main offered; empty when no checkpoint is available
     main: str | None  # the default pair's main where offered, else the first; None: no main
+    languages: list[str]  # Auto-detect and the languages the main knows, by name
     assistants: list[str]  # the assistants that fit it
     assistant: str
     english_only: bool  # language and task fixed to English transcription
@@ -127,4 +172,13 @@ def form_start() -> FormStart:
     notice = models_notice(mains, offline)
     if offline and mains and not hub.offline_mode():
         notice = HUB_UNREACHABLE
-    return FormStart(mains, main, assistants, assistant, english_only, main_note, notice)
+    return FormStart(
+        mains,
+        main,
+        language_choices(main),
+        assistants,
+        assistant,
+        english_only,
+        main_note,
+        notice,
+    )

@@ -81,7 +81,7 @@ def form_section(start: FormStart, examples: list[Example]) -> Form:
             )
             with gr.Row(equal_height=False):
                 language = gr.Dropdown(
-                    texts.LANGUAGE_CHOICES,
+                    start.languages,
                     value="English" if start.english_only else texts.AUTO,
                     label="Language",
                     interactive=not start.english_only,

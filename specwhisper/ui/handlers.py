@@ -70,6 +70,9 @@ def run_compare(
     tokens for it (speculative decoding), and compare the two runs: transcripts, token ids,
     timings and whether the outputs are identical.
 
+    One line per parameter: gradio builds each MCP parameter's description from its own line of
+    this docstring and drops the lines under it (a test compares the schema with this text).
+
     Args:
         audio: the audio file (WAV, FLAC, MP3, OGG, M4A or WEBM).
         language: "auto", a Whisper language code ("fr") or its English name ("French").
@@ -82,27 +85,19 @@ def run_compare(
         dtype: "auto" (float16 on GPU, float32 on CPU), "float32", "float16" or "bfloat16".
         timestamps: segment timestamps in both runs.
         engine: "specwhisper" (our speculative loop) or "transformers" (assisted generation).
-        temperature: 0 for greedy (token-identical); above 0, both sides sample (speculative
-            sampling: identical in distribution, not token for token).
+        temperature: 0 for greedy (token-identical); above 0, both sides sample (speculative sampling: identical in distribution, not token for token).
         seed: the sampling seed; the same seed repeats a run.
-        fallback: Whisper's temperature fallback recipe (greedy first, then 0.2 ... 1.0 for
-            windows that fail its checks), in both runs; our engine only.
-        encoder_dtype: the main's encoder alone, shared by both runs: "auto" (the same as
-            dtype) or "bfloat16" (about 3x faster on a CPU with AMX; the decoder still
-            verifies in dtype, so the runs stay token for token).
-        reference: another engine timed beside the columns, for context: "" (off),
-            "faster-whisper:int8" or "faster-whisper:float32"; on a CPU only. A different
-            engine: its transcript can differ from the baseline's.
-        loop_alone: also time our loop without drafting (gamma 0, one main pass per token as
-            plain generate makes) in the same rounds, to split the speed-up into the loop's
-            part and drafting's; our engine only.
+        fallback: Whisper's temperature fallback recipe (greedy first, then 0.2 ... 1.0 for windows that fail its checks), in both runs; our engine only.
+        encoder_dtype: the main's encoder alone, shared by both runs: "auto" (the same as dtype) or "bfloat16" (about 3x faster on a CPU with AMX; the decoder still verifies in dtype, so the runs stay token for token).
+        reference: another engine timed beside the columns, for context: "" (off), "faster-whisper:int8" or "faster-whisper:float32"; on a CPU only. A different engine: its transcript can differ from the baseline's.
+        loop_alone: also time our loop without drafting (gamma 0, one main pass per token as plain generate makes) in the same rounds, to split the speed-up into the loop's part and drafting's; our engine only.
     Returns:
         JSON with `baseline` and `speculative` (text, token ids, time, speed)
         `identical`, `first_divergence`, `speedup`, the pair, device, dtype and audio notes;
         `reference` (None when off): its text, time and agreement with the baseline;
         `loop_alone` (None when off) with `loop_alone_speedup` (the baseline's time over it)
         and `speculative_speedup_over_loop_alone` (drafting's part).
-    """
+    """  # noqa: E501 - one line per parameter (see above)
     req = compare_request(
         main=main,
         assistant=assistant,

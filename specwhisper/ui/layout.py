@@ -237,7 +237,7 @@ def _wire(form: Form, results: Results, batch: Batch, api: Api) -> None:
         )
     form.main.change(
         on_main_change,
-        form.main,
+        [form.main, form.language],
         [form.assistant, form.language, form.task, form.main_note],
         api_visibility="private",
     )

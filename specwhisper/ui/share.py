@@ -46,7 +46,10 @@ def share_section(demo: gr.Blocks) -> Share:
         gr.Markdown(SHARE_INTRO)
         with gr.Row(equal_height=False):
             with gr.Column(min_width=200, scale=1):
-                link = gr.DeepLinkButton("Copy a link to this result", copied_value="Link copied")
+                # no icon: gradio's default is a file whose address names its install folder
+                link = gr.DeepLinkButton(
+                    "Copy a link to this result", copied_value="Link copied", icon=None
+                )
             with gr.Column(min_width=300, scale=3):
                 embed = gr.Code(
                     embed_for_request(),

@@ -6,8 +6,9 @@ it, which frees the single compare slot while the thread goes on computing besid
 visitor's timed run; when a visitor closes the page, gradio only marks the run's queue entry
 as no longer alive, and the run keeps the slot to its end. `stops_when_gone` turns the handler
 into an async one that gradio awaits instead, and on either signal sets the run's stop flag
-(specwhisper.cancel), so the models stop at their next pass; the slot is given back only then,
-so the next run starts on a free machine.
+(specwhisper.cancel), so the models stop at their next pass (and faster-whisper's worker process
+is ended); the slot is given back only then, or after STOPPING_S if a pass takes longer, so the
+next run starts on a free machine.
 
 On ZeroGPU the models run in a worker process forked for the GPU call, where this flag is not
 seen: there the run ends with the call (spaces bounds its time).
@@ -28,7 +29,10 @@ import gradio as gr
 from specwhisper import cancel
 
 POLL_S = 0.2  # how often the run's queue entry is read; a stop then takes one pass more
-STOPPING_S = 30.0  # the longest a cancel waits for the run to stop (a pass takes far less)
+# The longest a cancel waits for the run to stop, and so the longest its request takes: gradio's
+# /cancel awaits the handler, and gradio_client gives that request httpx's default 5 s. Every
+# part of a run stops within a second or so (a model pass; the reference's worker is killed).
+STOPPING_S = 3.0
 
 GONE = "The run was stopped: its page was closed before the result came."
 

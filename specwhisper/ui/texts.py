@@ -6,8 +6,6 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from transformers.models.whisper.tokenization_whisper import LANGUAGES
-
 from specwhisper import checkpoints, loading
 
 # The Space's root, where app.py, examples/ and models/ live: paths shown on the page are
@@ -15,7 +13,6 @@ from specwhisper import checkpoints, loading
 APP_DIR = Path(__file__).resolve().parents[2]
 
 AUTO = "Auto-detect"
-LANGUAGE_CHOICES = [AUTO, *sorted(name.title() for name in LANGUAGES.values())]
 DTYPES = ["auto", "float32", "float16", "bfloat16"]
 ENCODER_DTYPES = [("auto (same as dtype)", "auto"), "bfloat16", "float32"]
 ENGINE_LABELS = {
