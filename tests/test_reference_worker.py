@@ -166,7 +166,7 @@ def test_a_failing_reference_leaves_both_columns_and_the_verdict(
         reference_compute_type="int8",
     )
     assert "IDENTICAL" in shown.verdict and shown.baseline and shown.speculative
-    assert shown.reference_box.visible is True and note in shown.reference_engine
+    assert shown.reference_box.visible is True and note in shown.reference
 
 
 def test_a_working_reference_runs_in_its_worker(ct2_models, use_models):
