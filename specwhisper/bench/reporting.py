@@ -10,7 +10,7 @@ import platform
 import shlex
 import sys
 from collections.abc import Callable
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -298,7 +298,7 @@ def write_results(
     results_path, chart_path = out / "results.json", out / chart_name
     document = {
         "command": shlex.join(["python", "-m", "specwhisper.bench", *arguments]),
-        "timestamp": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+        "timestamp": datetime.now(UTC).isoformat(timespec="seconds"),
         **setup,
         **body,
     }
