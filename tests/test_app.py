@@ -73,8 +73,8 @@ def test_page_builds_offline_with_local_checkpoints_only(tiny_app):
     assistant = by_label(demo, "Assistant")
     assert assistant["value"] == checkpoints.SELF_INT8
     languages = choice_values(by_label(demo, "Language"))
-    # the languages the first main's generation config has (tests/tiny.py's)
-    assert languages == ["Auto-detect", "English", "French", "Spanish"]
+    # the first main's languages: tiny-english is English-only
+    assert mains[0] == "tiny-english (local)" and languages == ["Auto-detect", "English"]
     markdown = " ".join(str(c.get("value")) for c in components(demo) if c["type"] == "markdown")
     assert "Offline mode" in markdown
     assert str(tiny_app) not in markdown  # the server's absolute path stays private
