@@ -22,11 +22,11 @@ from typing import Any
 import numpy as np
 import torch
 
-from specwhisper import compare, decoding
+from specwhisper import compare, decoding, request_check
 from specwhisper.audio import SAMPLE_RATE
-from specwhisper.compare import CheckedRequest, CompareRequest
 from specwhisper.decoding import DecodeOptions, Features
 from specwhisper.loading import Loaded
+from specwhisper.request_check import CheckedRequest, CompareRequest
 
 TIME_PRECISION_S = 0.02  # one alignment step: two mel frames, one encoder frame
 
@@ -148,7 +148,7 @@ def add_token_times(
     """The compare API's JSON with `speculative.token_times_s` (each token's start in the audio,
     one per `speculative.token_ids`) added, or `speculative.token_times_note` saying why not.
     The pair is a cache hit: the comparison has just run on it."""
-    checked = compare.checked(req)
+    checked = request_check.checked(req)
     main, _, _ = compare.load_pair(checked)
     features = decoding.prepare_features(main, samples)
     opts = compare.decode_options(checked.request, main.checkpoint, checked.language)

@@ -25,9 +25,9 @@ import torch
 from specwhisper import metrics
 from specwhisper.audio import SAMPLE_RATE, chunks
 from specwhisper.batch_loop import decode_batch_baseline, decode_batch_speculative, prepare_batch
-from specwhisper.compare import DEFAULTS, CompareError
 from specwhisper.decoding import WINDOW_S, first_divergence
 from specwhisper.loading import Loaded
+from specwhisper.request_check import DEFAULTS, CompareError
 from specwhisper.timing import alternate
 
 MIN_BATCH_SIZE, MAX_BATCH_SIZE = 1, 64

@@ -9,9 +9,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from specwhisper.compare import CompareRequest, Comparison, Setup
+from specwhisper.compare import Comparison, Setup
 from specwhisper.decoding import DecodeResult
 from specwhisper.loop import DraftStep
+from specwhisper.request_check import CompareRequest
 
 SIDES = ("baseline", "speculative")
 # keys side_json writes only when a run has them (timestamps, the fallback recipe)

@@ -104,7 +104,8 @@ def test_figure_without_token_times_says_why():
 
 def tiny_comparison(main: str = "tiny-random-a") -> tuple[np.ndarray, dict, object]:
     """A whole comparison on the capped tiny random checkpoints: (samples, result, request)."""
-    from specwhisper.compare import CompareRequest, compare
+    from specwhisper.compare import compare
+    from specwhisper.request_check import CompareRequest
 
     samples = (np.random.default_rng(0).standard_normal(SAMPLE_RATE) * 0.2).astype(np.float32)
     req = CompareRequest(main=main, assistant="tiny-random-b", repeats=1)
@@ -181,7 +182,8 @@ def aligned(real_models, use_models):
     """Compare a real clip with whisper-tiny.en and its int8 self, one timed repeat, and align
     the tokens: (samples, result)."""
     from specwhisper import alignment
-    from specwhisper.compare import CompareRequest, compare
+    from specwhisper.compare import compare
+    from specwhisper.request_check import CompareRequest
 
     use_models(real_models)
 

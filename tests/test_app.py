@@ -15,7 +15,7 @@ from conftest import served
 from results import synthetic_result
 
 from specwhisper import checkpoints, compare
-from specwhisper.compare import CompareRequest
+from specwhisper.request_check import CompareRequest
 from specwhisper.ui import handlers, texts
 from specwhisper.ui.api import API_FIELDS, compare_request
 from specwhisper.ui.batch_mode import on_batch, run_batch

@@ -10,8 +10,8 @@ import torch
 
 from specwhisper import batch_loop, batch_mode, checkpoints, drafters, int8_forward, loading
 from specwhisper.audio import chunks
-from specwhisper.compare import CompareError
 from specwhisper.loop import step_tokens
+from specwhisper.request_check import CompareError
 
 ASSISTANTS = ["tiny-ending", "tiny-random-b", "tiny-random-decoder", checkpoints.SELF_INT8]
 

@@ -32,7 +32,7 @@ from test_browser import (  # noqa: E402
 )
 from test_loading import seed_hub_cache  # noqa: E402
 
-from specwhisper import compare, hub, loading  # noqa: E402
+from specwhisper import compare, hub, loading, request_check  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 CLOSED = "http://127.0.0.1:9"  # loopback, nothing listening: the Hub "unreachable"
@@ -78,7 +78,7 @@ def server(request: pytest.FixtureRequest, tmp_path_factory) -> Iterator[Server]
         demo = build_demo()  # asks the Hub once, here
         preload_default_pair()  # as `python app.py` does
         main, assistant = default_pair()
-        loaded = compare.load_pair(compare.CompareRequest(main=main, assistant=assistant))
+        loaded = compare.load_pair(request_check.CompareRequest(main=main, assistant=assistant))
         try:
             with served(demo, **launch_options()) as url:
                 yield Server(url, hub_cache, (main, assistant), loaded[:2])
@@ -136,5 +136,5 @@ def test_a_failing_pick_leaves_the_default_pair_loaded(page, server):
     expect(compare_button(page)).to_be_enabled()
 
     main, assistant = server.default
-    again = compare.load_pair(compare.CompareRequest(main=main, assistant=assistant))
+    again = compare.load_pair(request_check.CompareRequest(main=main, assistant=assistant))
     assert again == (*server.loaded, 0.0), "the default pair was evicted by the failing pick"

@@ -10,17 +10,17 @@ import numpy as np
 import pytest
 import torch
 
-from specwhisper import checkpoints, compare, decoding, loading
-from specwhisper.compare import CheckedRequest, CompareError, CompareRequest
+from specwhisper import checkpoints, compare, decoding, loading, request_check
+from specwhisper.request_check import CheckedRequest, CompareError, CompareRequest
 
 
 def test_language_names_and_codes():
-    assert compare.language_code("auto") is None
-    assert compare.language_code("French") == "fr"
-    assert compare.language_code("fr") == "fr"
-    assert compare.language_code("<|es|>") == "es"
+    assert request_check.language_code("auto") is None
+    assert request_check.language_code("French") == "fr"
+    assert request_check.language_code("fr") == "fr"
+    assert request_check.language_code("<|es|>") == "es"
     with pytest.raises(CompareError, match="Unknown language"):
-        compare.language_code("Klingon")
+        request_check.language_code("Klingon")
 
 
 def test_long_audio_reports_progress_per_window(tiny_models, use_models):
@@ -107,23 +107,25 @@ def test_the_loop_alone_splits_the_speedup_in_the_api_json(app_models, use_model
     assert d["loop_alone_speedup"] == round(loop, 4)
     assert any(what.startswith("Loop alone run") for what in seen)
     with pytest.raises(CompareError, match="specwhisper engine"):
-        compare.check_request(dataclasses.replace(req, loop_alone=True, engine="transformers"))
+        request_check.check_request(
+            dataclasses.replace(req, loop_alone=True, engine="transformers")
+        )
 
 
 def test_a_checked_request_is_not_checked_again(tiny_models, use_models, monkeypatch):
     """check_request resolves the pair, language and precisions once; the loaders take that."""
     use_models(tiny_models)
     req = CompareRequest(main="tiny-random-a", assistant="tiny-random-b", language="French")
-    checked = compare.check_request(req)
+    checked = request_check.check_request(req)
     assert isinstance(checked, CheckedRequest) and checked.request is req
     assert (checked.main.id, checked.language) == ("tiny-random-a", "fr")
     assert checked.dtype == checked.encoder_dtype == torch.float32
-    assert compare.checked(checked) is checked
+    assert request_check.checked(checked) is checked
 
     def refuse(_):
         raise AssertionError("checked twice")
 
-    monkeypatch.setattr(compare, "check_request", refuse)
+    monkeypatch.setattr(request_check, "check_request", refuse)
     samples = (np.random.default_rng(5).standard_normal(16_000) * 0.2).astype(np.float32)
     result = compare.compare(samples, dataclasses.replace(checked, request=req))
     assert result.identical and result.request is req
@@ -242,7 +244,7 @@ def test_engine_and_schedule_checks_have_one_home(tiny_models, use_models):
             fallback=args[3],
         )
         with pytest.raises(CompareError, match=words):
-            compare.check_request(req)
+            request_check.check_request(req)
 
 
 def test_the_progress_label_counts_windows_not_encoder_passes():

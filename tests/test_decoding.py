@@ -37,7 +37,7 @@ def test_speculative_equals_baseline_token_for_token(loaded, assistant, engine):
         if engine == "transformers" and base.n_windows > 1:
             # A random model may emit timestamp tokens, which makes Whisper decode the clip in
             # several passes; transformers' assisted generation does not reproduce timestamped
-            # decoding (compare.TRANSFORMERS_TIMESTAMPS: the page refuses it).
+            # decoding (request_check.TRANSFORMERS_TIMESTAMPS: the page refuses it).
             continue
         spec = decoding.decode_speculative(main, drafts[assistant], features, opts)
         assert spec.token_ids == base.token_ids, f"input {i}: diverges at " + str(
@@ -172,7 +172,7 @@ def test_transformers_assisted_generation_with_timestamps_is_not_the_baseline(
     whisper-base assisted by a second copy of itself (a distinct model that always agrees)
     stops after the first timestamped segment, while our loop and a decoder-only assistant
     (self-int8) match the baseline. If a transformers release fixes it, this fails: lift
-    compare.TRANSFORMERS_TIMESTAMPS then."""
+    request_check.TRANSFORMERS_TIMESTAMPS then."""
     from specwhisper.audio import load_audio
 
     cpu, fp32 = torch.device("cpu"), torch.float32

@@ -17,9 +17,9 @@ import pytest
 import torch
 from transformers.modeling_outputs import BaseModelOutput
 
-from specwhisper import checkpoints, compare, decoding, drafters, loading
-from specwhisper.compare import CompareRequest
+from specwhisper import checkpoints, compare, decoding, drafters, loading, request_check
 from specwhisper.decoding import DecodeOptions
+from specwhisper.request_check import CompareRequest
 
 CPU, FP32, BF16 = torch.device("cpu"), torch.float32, torch.bfloat16
 
@@ -163,7 +163,7 @@ def test_an_unknown_encoder_precision_is_refused_before_loading(tiny_models, use
     use_models(tiny_models)
     req = CompareRequest(main="tiny-random-a", assistant=checkpoints.SELF_INT8, encoder_dtype="fp8")
     with pytest.raises(checkpoints.CheckpointError, match="Unknown encoder precision 'fp8'"):
-        compare.check_request(req)
+        request_check.check_request(req)
 
 
 @pytest.mark.slow

@@ -18,7 +18,7 @@ import torch
 
 from specwhisper import alignment, batch_mode, checkpoints, compare, decoding, loading, timing
 from specwhisper.audio import SAMPLE_RATE
-from specwhisper.compare import CompareRequest
+from specwhisper.request_check import CompareRequest
 
 DEVICE = torch.device("cuda")
 pytestmark = [

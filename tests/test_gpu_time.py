@@ -18,10 +18,10 @@ import numpy as np
 import pytest
 import torch
 
-from specwhisper import compare, loading
+from specwhisper import compare, loading, request_check
 from specwhisper.audio import SAMPLE_RATE
-from specwhisper.compare import CompareRequest
 from specwhisper.examples import read_manifest
+from specwhisper.request_check import CompareRequest
 from specwhisper.ui import form, gpu_time, zerogpu
 from specwhisper.ui.handlers import run_compare
 
@@ -41,7 +41,7 @@ def preloaded(app_models, use_models) -> loading.ModelCache:
 
 
 def seconds(audio_s: float, req: CompareRequest, cache: loading.ModelCache) -> int:
-    return gpu_time.compare_work(audio_s, compare.check_request(req), cache).seconds
+    return gpu_time.compare_work(audio_s, request_check.check_request(req), cache).seconds
 
 
 def test_the_first_example_is_the_one_the_table_assumes():
@@ -74,7 +74,7 @@ def test_requests_ask_for_their_work(preloaded, tmp_path, monkeypatch):
         main="openai/whisper-large-v2", assistant="distil-whisper/distil-large-v2"
     )
     checked = dataclasses.replace(
-        compare.check_request(large), device=torch.device("cuda"), dtype=torch.float16
+        request_check.check_request(large), device=torch.device("cuda"), dtype=torch.float16
     )
     work = gpu_time.compare_work(FIRST_EXAMPLE.duration_s, checked, loading.ModelCache())
     assert work.load_gb == work.download_gb == pytest.approx(9.224)
@@ -82,7 +82,7 @@ def test_requests_ask_for_their_work(preloaded, tmp_path, monkeypatch):
 
 
 def test_batch_mode_asks_for_every_size(preloaded):
-    checked = compare.check_request(dataclasses.replace(TINY, repeats=1))
+    checked = request_check.check_request(dataclasses.replace(TINY, repeats=1))
     rows_s = 60.0  # two rows of 30 s
     assert gpu_time.batch_work(rows_s, 2, checked, preloaded).seconds == 80  # sizes 1 and 4
     assert gpu_time.batch_work(rows_s, 1, checked, preloaded).seconds == 50
@@ -99,7 +99,7 @@ def test_device_durations_read_the_request_without_loading(app_models, use_model
         assert zerogpu.gpu_seconds(samples, TINY) == 45
         other = dataclasses.replace(TINY, main="tiny-random-b", assistant="tiny-random-decoder")
         assert zerogpu.gpu_seconds(samples, other) >= 45
-        work = gpu_time.compare_work(FIRST_EXAMPLE.duration_s, compare.check_request(other))
+        work = gpu_time.compare_work(FIRST_EXAMPLE.duration_s, request_check.check_request(other))
         assert work.load_gb > 0 == work.download_gb  # the decoder is not held: a load budgeted
         assert loading.CACHE.total_load_s == before
     finally:

@@ -18,7 +18,7 @@ import pytest
 import torch
 from test_loading import REVISION, seed_hub_cache
 
-from specwhisper import compare, hub, loading
+from specwhisper import compare, hub, loading, request_check
 from specwhisper.checkpoints import CheckpointError
 
 CLOSED = "http://127.0.0.1:9"  # the discard port: nothing listens there
@@ -128,10 +128,10 @@ def test_a_failing_pick_keeps_the_loaded_pair_and_names_no_server_path(
 ):
     use_models(tiny_models)
     cache = loading.ModelCache()
-    default = compare.CompareRequest(main="tiny-random-a", assistant="tiny-random-b")
+    default = request_check.CompareRequest(main="tiny-random-a", assistant="tiny-random-b")
     main, assistant, _ = compare.load_pair(default, cache=cache)
 
-    uncached = compare.CompareRequest(main="openai/whisper-small", assistant="self-int8")
+    uncached = request_check.CompareRequest(main="openai/whisper-small", assistant="self-int8")
     start = time.perf_counter()
     with pytest.raises(CheckpointError) as refusal:
         compare.load_pair(uncached, cache=cache)
@@ -146,7 +146,8 @@ def test_a_failing_pick_keeps_the_loaded_pair_and_names_no_server_path(
     (broken / "model.safetensors").write_bytes(b"not safetensors")
     with pytest.raises(CheckpointError) as failure:
         compare.load_pair(
-            compare.CompareRequest(main="openai/whisper-base", assistant="self-int8"), cache=cache
+            request_check.CompareRequest(main="openai/whisper-base", assistant="self-int8"),
+            cache=cache,
         )
     message = str(failure.value)
     assert message.startswith("Could not load the Hub checkpoint 'openai/whisper-base'")

@@ -15,9 +15,9 @@ import gradio as gr
 import pytest
 import torch
 
-from specwhisper import checkpoints, compare, decoding, languages, loading
+from specwhisper import checkpoints, compare, decoding, languages, loading, request_check
 from specwhisper.audio import load_audio
-from specwhisper.compare import CompareError, CompareRequest
+from specwhisper.request_check import CompareError, CompareRequest
 from specwhisper.ui import texts
 from specwhisper.ui.choices import language_choices, on_main_change
 from specwhisper.ui.errors import GENERIC_ERROR
@@ -50,11 +50,13 @@ def test_a_local_main_offers_what_its_generation_config_has(app_models, use_mode
 def test_a_language_the_main_lacks_is_refused_with_a_sentence_naming_it(app_models, use_models):
     use_models(app_models)
     with pytest.raises(CompareError) as caught:
-        compare.check_request(CompareRequest("tiny-random-a", "self-int8", language="German"))
+        request_check.check_request(CompareRequest("tiny-random-a", "self-int8", language="German"))
     assert str(caught.value).startswith("tiny-random-a (local) has no German ('de')")
     with pytest.raises(CompareError, match=r"has no Cantonese \('yue'\).*large-v3"):
-        compare.check_request(CompareRequest("openai/whisper-base", "self-int8", language="yue"))
-    compare.check_request(CompareRequest("tiny-random-a", "self-int8", language="French"))
+        request_check.check_request(
+            CompareRequest("openai/whisper-base", "self-int8", language="yue")
+        )
+    request_check.check_request(CompareRequest("tiny-random-a", "self-int8", language="French"))
 
 
 def test_changing_the_main_keeps_a_language_it_knows_and_drops_one_it_lacks(app_models, use_models):
@@ -111,7 +113,7 @@ def test_every_language_the_page_lists_runs_on_its_main(real_models, use_models)
         assert listed, ckpt.label
         for code in listed:
             request = CompareRequest(main_name, "self-int8", language=code)
-            checked = compare.check_request(request)  # the page's own check
+            checked = request_check.check_request(request)  # the page's own check
             opts = compare.decode_options(request, ckpt, checked.language, max_new_tokens=1)
             # the columns' own generate call, on encoder outputs computed once
             kwargs = decoding.generate_kwargs(main, features, opts)

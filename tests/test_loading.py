@@ -16,7 +16,7 @@ import pytest
 import torch
 from transformers import WhisperForCausalLM, WhisperForConditionalGeneration
 
-from specwhisper import checkpoints, compare, drafters, hub, loading, offline
+from specwhisper import checkpoints, compare, drafters, hub, loading, offline, request_check
 from specwhisper.audio import load_audio
 from specwhisper.checkpoints import CheckpointError, pair_problem, resolve
 from specwhisper.ui import texts
@@ -230,7 +230,7 @@ def test_a_failed_load_names_no_server_path(tiny_models, use_models, monkeypatch
 def test_a_failed_load_through_compare_then_a_working_request(app_models, use_models, monkeypatch):
     use_models(app_models)
     cache = loading.ModelCache()
-    req = compare.CompareRequest(main="tiny-random-a", assistant="tiny-random-b", repeats=1)
+    req = request_check.CompareRequest(main="tiny-random-a", assistant="tiny-random-b", repeats=1)
     fail_once(monkeypatch, torch.cuda.OutOfMemoryError("CUDA out of memory."))
     with pytest.raises(CheckpointError, match="not enough memory to load the folder"):
         compare.load_pair(req, cache=cache)
@@ -294,7 +294,7 @@ def test_openai_whisper_base_from_the_cache_compares_identically_offline(
     assert "openai/whisper-base" in [c.id for c in checkpoints.main_choices(include_hub=False)]
     assert checkpoints.default_pair(on_gpu=False, hub=False) == ("openai/whisper-base", "self-int8")
 
-    req = compare.CompareRequest(main="openai/whisper-base", assistant="self-int8", repeats=1)
+    req = request_check.CompareRequest(main="openai/whisper-base", assistant="self-int8", repeats=1)
     result = compare.compare(load_audio(CLIP).samples, req, cache=loading.ModelCache())
     out = result.to_dict()
     assert out["identical"] and out["baseline"]["text"] == out["speculative"]["text"]
@@ -337,7 +337,9 @@ def test_a_distil_student_of_base_loads_like_distil_large_v2_and_stays_identical
         assert all(torch.equal(x, y) for x, y in pairs)
     assert torch.equal(loaded.model.proj_out.weight, teacher.embed_tokens.weight)
 
-    req = compare.CompareRequest(main="whisper-base", assistant="whisper-base-distil", repeats=1)
+    req = request_check.CompareRequest(
+        main="whisper-base", assistant="whisper-base-distil", repeats=1
+    )
     result = compare.compare(load_audio(CLIP).samples, req, cache=cache)
     assert result.identical and "cruel" in result.baseline.text.lower()
     assert result.speculative.n_draft_tokens > 0  # it drafted; acceptance is low (untrained)

@@ -11,11 +11,11 @@ from pathlib import Path
 import pytest
 import torch
 
-from specwhisper import checkpoints, compare, reference
+from specwhisper import checkpoints, compare, reference, request_check
 from specwhisper.audio import AudioLimits, load_audio
 from specwhisper.bench import cli
-from specwhisper.compare import CompareRequest
 from specwhisper.reference import NO_CT2, ReferenceError, parse_reference, reference_problem
+from specwhisper.request_check import CompareRequest
 from specwhisper.ui.form import request_settings
 from specwhisper.ui.handlers import on_compare, run_compare
 from specwhisper.ui.reference_view import render_reference
@@ -91,8 +91,8 @@ def test_the_ctranslate2_build_needs_cuda_12s_cublas():
 def test_unknown_reference_is_a_sentence_before_anything_loads(tiny_models, use_models):
     use_models(tiny_models)
     req = CompareRequest("tiny-random-a", "self-int8", reference="faster-whisper:int4")
-    with pytest.raises(compare.CompareError, match="Unknown compute type"):
-        compare.check_request(req)
+    with pytest.raises(request_check.CompareError, match="Unknown compute type"):
+        request_check.check_request(req)
 
 
 # --- no CTranslate2 copy --------------------------------------------------------------------

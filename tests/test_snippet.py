@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from specwhisper import checkpoints, compare, decoding
-from specwhisper.compare import CompareRequest
+from specwhisper.request_check import CompareRequest
 from specwhisper.ui.handlers import run_compare
 from specwhisper.ui.snippet import reproduce_snippet, snippets
 

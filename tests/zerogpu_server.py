@@ -49,6 +49,8 @@ os.environ["HF_HUB_OFFLINE"] = "1"
 
 import torch  # noqa: E402
 
+from specwhisper import request_check
+
 
 def _no_driver() -> None:
     raise RuntimeError("Found no NVIDIA driver on your system.")  # a CUDA build's words
@@ -141,7 +143,7 @@ def main() -> None:
     os.environ["SPECWHISPER_MODELS"] = models_dir
 
     from specwhisper import compare, loading
-    from specwhisper.compare import CompareRequest
+    from specwhisper.request_check import CompareRequest
     from specwhisper.ui import zerogpu
     from specwhisper.ui.batch_mode import run_batch
     from specwhisper.ui.choices import default_pair
@@ -159,7 +161,9 @@ def main() -> None:
     # the app's start-up, on the importing thread: the default pair "on the GPU"
     main_label, assistant_label = default_pair()
     preload_default_pair()
-    default = compare.check_request(CompareRequest(main=main_label, assistant=assistant_label))
+    default = request_check.check_request(
+        CompareRequest(main=main_label, assistant=assistant_label)
+    )
     main_model, _, _ = compare.load_pair(default)
     parameter = next(main_model.model.parameters())
     report["default_pair"] = [main_label, assistant_label]
@@ -187,7 +191,9 @@ def main() -> None:
         }
 
     report["gpu_seconds"] = in_thread(
-        lambda: zerogpu.gpu_seconds(torch.zeros(16_000).numpy(), compare.check_request(other), None)
+        lambda: zerogpu.gpu_seconds(
+            torch.zeros(16_000).numpy(), request_check.check_request(other), None
+        )
     )
     report["other_pair"] = in_thread(lambda: page_run(other))
     report["other_precision"] = in_thread(lambda: page_run(in_float32))
@@ -201,7 +207,7 @@ def main() -> None:
     shown = in_thread(lambda: on_compare(audio, None, **vars(broken_req)))
     report["failure_page_verdict"] = shown.verdict if hasattr(shown, "verdict") else repr(shown)
     report["plain_error_as_spaces_shows_it"] = exception_result(
-        compare.CompareError("A sentence.")
+        request_check.CompareError("A sentence.")
     ).error_cls
 
     report["server_loaded_s"] = loading.CACHE.total_load_s - loaded_after_preload

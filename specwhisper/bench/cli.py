@@ -15,6 +15,7 @@ from specwhisper import (
     drafters,
     loading,
     reference,
+    request_check,
     schedule,
 )
 from specwhisper.bench import batch_mode
@@ -28,7 +29,7 @@ from specwhisper.bench.reporting import (
 )
 from specwhisper.bench.running import PEER_ENGINE, peer_gamma, run_all, totals
 from specwhisper.bench.selection import check_clips, join_clips, select_clips
-from specwhisper.compare import DEFAULTS, CompareRequest
+from specwhisper.request_check import DEFAULTS, CompareRequest
 
 EXIT_BAD_INPUT = 2
 
@@ -152,8 +153,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         parser.error("--peer-gamma and --peer-gamma-schedule set the peer: add --peer")
     if args.peer_gamma is not None and not 1 <= args.peer_gamma <= 64:
         parser.error("--peer-gamma must be between 1 and 64")
-    if not 0.0 <= args.temperature <= compare.MAX_TEMPERATURE:
-        parser.error(f"--temperature must be between 0 and {compare.MAX_TEMPERATURE:g}")
+    if not 0.0 <= args.temperature <= request_check.MAX_TEMPERATURE:
+        parser.error(f"--temperature must be between 0 and {request_check.MAX_TEMPERATURE:g}")
     if args.peer and args.fallback:
         parser.error(f"--fallback runs on our engine only: {PEER_ENGINE}' engine cannot run it")
     batched = args.batch_size is not None or bool(args.batch_sweep)
@@ -254,7 +255,7 @@ def main(argv: list[str] | None = None) -> int:
     hf_logging.set_verbosity_error()  # per-call generate chatter would bury the progress bar
     req = request(args)
     try:  # 1. every input checked and every clip decoded before anything is timed
-        checked = compare.check_request(req)
+        checked = request_check.check_request(req)
         filters = dict(pattern=args.filter, category=args.category, limit=args.limit)
         clips = select_clips(args.manifest, language=args.language, **filters)
         if args.join:
@@ -277,7 +278,7 @@ def main(argv: list[str] | None = None) -> int:
         return batch_mode.run(args, arguments, clips, main_model, assistant, settings, hw, libs)
     try:
         results = run_all(clips, req, main_model, assistant, args)
-    except compare.CompareError as e:  # the GPU ran out of memory
+    except request_check.CompareError as e:  # the GPU ran out of memory
         print(f"error: {e}", file=sys.stderr, flush=True)
         return EXIT_BAD_INPUT
     total = totals(results)

@@ -19,8 +19,9 @@ from specwhisper import (
 )
 from specwhisper.audio import SAMPLE_RATE
 from specwhisper.bench.selection import Clip
-from specwhisper.compare import CompareRequest, Comparison
+from specwhisper.compare import Comparison
 from specwhisper.decoding import WINDOW_S, DecodeResult
+from specwhisper.request_check import CompareRequest
 from specwhisper.scoring import normalizer, wer
 
 PEER_ENGINE = "transformers"
@@ -251,7 +252,7 @@ def run_clip(
     timestamped = req.timestamps or len(clip.samples) > WINDOW_S * SAMPLE_RATE
     if peer is not None and (assistant.checkpoint.decoder_only or not timestamped):
         # with a full Whisper assistant, transformers' engine does not reproduce timestamped
-        # decoding (compare.TRANSFORMERS_TIMESTAMPS): no peer on such clips
+        # decoding (request_check.TRANSFORMERS_TIMESTAMPS): no peer on such clips
         peer_req = dataclasses.replace(
             req, engine=PEER_ENGINE, gamma=peer[0], gamma_schedule=peer[1]
         )

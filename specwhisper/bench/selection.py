@@ -12,8 +12,8 @@ from pathlib import Path
 import numpy as np
 
 from specwhisper import (
-    compare,
     examples,
+    request_check,
 )
 from specwhisper.audio import SAMPLE_RATE, AudioLimits, load_audio
 from specwhisper.decoding import WINDOW_S
@@ -81,7 +81,7 @@ def _name(clip: Path, folder: Path) -> str:
 def _clip(ex: Example, name: str, category: str, language: str) -> Clip:
     try:
         # --language auto: each row's own language when it names one, else auto-detect.
-        code = compare.language_code(
+        code = request_check.language_code(
             ex.language if language.strip().lower() == "auto" else language
         )
         audio = load_audio(ex.path, BENCH_LIMITS)
@@ -138,9 +138,9 @@ def join_clips(
     return joined
 
 
-def check_clips(checked: compare.CheckedRequest, clips: list[Clip]) -> None:
+def check_clips(checked: request_check.CheckedRequest, clips: list[Clip]) -> None:
     """Every clip's language must suit the main; raise BenchError before anything loads (each
-    clip's language is already a Whisper code, read by compare.language_code)."""
+    clip's language is already a Whisper code, read by request_check.language_code)."""
     main = checked.main
     others = sorted({c.language for c in clips if c.language not in (None, "en")})
     if main.english_only and others:

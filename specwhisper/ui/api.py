@@ -24,7 +24,7 @@ import gradio as gr
 from gradio.data_classes import FileData
 from pydantic import ValidationError
 
-from specwhisper.compare import DEFAULTS, CompareError, CompareRequest
+from specwhisper.request_check import DEFAULTS, CompareError, CompareRequest
 from specwhisper.ui.errors import person_errors
 
 # torch.manual_seed takes 0 .. 2**64 - 1, but a JSON number above 2**53 loses digits in

@@ -14,9 +14,9 @@ import gradio as gr
 import pandas as pd
 import torch
 
-from specwhisper import batch_mode, compare
+from specwhisper import batch_mode, request_check
 from specwhisper.audio import AudioError, load_audio
-from specwhisper.compare import DEFAULTS, CompareError
+from specwhisper.request_check import DEFAULTS, CompareError
 from specwhisper.ui import gpu_time, zerogpu
 from specwhisper.ui.api import compare_request
 from specwhisper.ui.errors import person_errors
@@ -53,7 +53,7 @@ def run_batch(
         req = compare_request(
             main=main, assistant=assistant, language=language, repeats=repeats, **BATCH_SETTINGS
         )
-        checked = compare.check_request(req)  # once: the loaders below take it as it is
+        checked = request_check.check_request(req)  # once: the loaders below take it as it is
         report = zerogpu.reporter(progress)
         report(0.0, "Reading the audio")
         code = None if checked.main.english_only else checked.language

@@ -16,7 +16,7 @@ import gradio as gr
 
 from specwhisper.audio import AudioError
 from specwhisper.checkpoints import CheckpointError
-from specwhisper.compare import CompareError
+from specwhisper.request_check import CompareError
 
 log = logging.getLogger(__name__)
 

@@ -11,8 +11,8 @@ from typing import Any
 import gradio as gr
 
 from specwhisper import decoding, loading, reference
-from specwhisper.compare import DEFAULTS
 from specwhisper.examples import Example
+from specwhisper.request_check import DEFAULTS
 from specwhisper.schedule import SCHEDULES
 from specwhisper.ui import gpu_time, texts
 from specwhisper.ui.api import API_FIELDS

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from specwhisper import checkpoints, hub, loading, reference
 from specwhisper.audio import AudioLimits
-from specwhisper.compare import CheckedRequest, CompareRequest
+from specwhisper.request_check import CheckedRequest, CompareRequest
 
 # ZeroGPU's documented daily quota for a visitor who is not logged in (2 minutes; a free account
 # has 3.5, PRO 25). The page's audio limit keeps one default comparison within it.

@@ -23,9 +23,9 @@ import numpy as np
 import pandas as pd
 import torch
 
-from specwhisper import compare
+from specwhisper import request_check
 from specwhisper.audio import AudioError, AudioLimits, load_audio
-from specwhisper.compare import DEFAULTS, CompareError, CompareRequest
+from specwhisper.request_check import DEFAULTS, CompareError, CompareRequest
 from specwhisper.ui import gpu_time, zerogpu
 from specwhisper.ui.api import compare_request
 from specwhisper.ui.choices import reference_for
@@ -259,11 +259,13 @@ def compare_run(audio: str | None, req: CompareRequest, progress: gr.Progress | 
     with person_errors():
         start_s = time.perf_counter()
         # checked once: a wrong checkpoint or language is reported before decoding
-        checked = compare.check_request(req)
+        checked = request_check.check_request(req)
         report = zerogpu.reporter(progress)
         report(0.0, "Reading the audio")
         clip = load_audio(audio, audio_limits())
-        problem = compare.transformers_timestamps_problem(req, checked.assistant, clip.duration_s)
+        problem = request_check.transformers_timestamps_problem(
+            req, checked.assistant, clip.duration_s
+        )
         if problem:
             raise CompareError(problem)
         result, pieces = zerogpu.on_device(clip.samples, checked, progress)

@@ -16,8 +16,8 @@ import json
 from collections.abc import Mapping
 from typing import Any
 
-from specwhisper import checkpoints, compare, decoding, loading
-from specwhisper.compare import CompareRequest
+from specwhisper import checkpoints, compare, decoding, loading, request_check
+from specwhisper.request_check import CompareRequest
 from specwhisper.ui.texts import APP_DIR
 from specwhisper.ui.verdict import encoder_of
 
@@ -185,7 +185,7 @@ def _generate_call(
 ) -> list[str]:
     """The features and the `generate` call, its arguments from decoding.generate_options."""
     long_form = result["duration_s"] > decoding.WINDOW_S
-    opts = compare.decode_options(req, main, compare.language_code(result["language"]))
+    opts = compare.decode_options(req, main, request_check.language_code(result["language"]))
     options = decoding.generate_options(
         opts, multilingual=not main.english_only, long_form=long_form
     )

@@ -17,7 +17,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from specwhisper import checkpoints, decoding
-from specwhisper.compare import CompareRequest
+from specwhisper.request_check import CompareRequest
 from specwhisper.schedule import draft_confidence, draft_stops_early
 from specwhisper.ui.plain_snippet import literal, plain_snippet
 from specwhisper.ui.verdict import encoder_of

@@ -14,7 +14,7 @@ import torch
 from specwhisper import compare
 from specwhisper.audio import AudioLimits
 from specwhisper.checkpoints import CheckpointError
-from specwhisper.compare import CompareError, CompareRequest
+from specwhisper.request_check import CompareError, CompareRequest
 from specwhisper.ui.choices import default_pair
 from specwhisper.ui.hardware import torch_hardware
 

@@ -31,9 +31,9 @@ from typing import Any
 import gradio as gr
 import numpy as np
 
-from specwhisper import alignment, batch_mode, compare
+from specwhisper import alignment, batch_mode, compare, request_check
 from specwhisper.audio import SAMPLE_RATE
-from specwhisper.compare import CheckedRequest, CompareRequest
+from specwhisper.request_check import CheckedRequest, CompareRequest
 from specwhisper.ui import gpu_time
 from specwhisper.ui.errors import person_errors
 from specwhisper.ui.tokens import result_token_ids, token_pieces
@@ -59,7 +59,7 @@ def gpu_seconds(
 ) -> int:
     """ZeroGPU time to request for `on_device`: gpu_time.compare_work."""
     audio_s = len(samples) / SAMPLE_RATE
-    return gpu_time.compare_work(audio_s, compare.checked(req)).seconds
+    return gpu_time.compare_work(audio_s, request_check.checked(req)).seconds
 
 
 def on_device(
@@ -69,7 +69,9 @@ def on_device(
     worker loaded before), both decoders timed, then each token placed in the audio. Returns the
     compare API's JSON and the text of every token id in it."""
     with person_errors():
-        here = compare.check_request(compare.checked(req).request)  # this process's device
+        here = request_check.check_request(
+            request_check.checked(req).request
+        )  # this process's device
         result = compare.compare(samples, here, progress=reporter(progress)).to_dict()
         # where each token sits in the audio, for the spectrogram's strip: untimed, after the runs
         result = alignment.add_token_times(result, samples, here, reporter(progress))
@@ -89,7 +91,7 @@ def on_device_batch(
 ) -> dict[str, Any]:
     """The GPU part of batch mode: the pair loaded (as in on_device), the sweep run."""
     with person_errors():
-        here = compare.check_request(req.request)
+        here = request_check.check_request(req.request)
         report = reporter(progress)
         main, assistant, _ = compare.load_pair(here, progress=report)
 

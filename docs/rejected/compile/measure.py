@@ -36,7 +36,7 @@ from typing import Any
 
 import torch
 
-from specwhisper import compare, decoding, drafters, int8_forward
+from specwhisper import compare, decoding, drafters, int8_forward, request_check
 from specwhisper.audio import AudioLimits, load_audio
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -86,11 +86,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
 
-    req = compare.CompareRequest(args.main, "self-int8", language=args.language, repeats=1)
+    req = request_check.CompareRequest(args.main, "self-int8", language=args.language, repeats=1)
     main_model, draft, _ = compare.load_pair(req)
     samples = load_audio(args.clip, AudioLimits()).samples
     features = decoding.prepare_features(main_model, samples)
-    opts = compare.decode_options(req, main_model, compare.language_code(args.language))
+    opts = compare.decode_options(req, main_model, request_check.language_code(args.language))
     tokens = list(decoding.decode_baseline(main_model, features, opts).token_ids)
     tokens = tokens[: args.max_steps] if args.max_steps else tokens
     tokenizer = main_model.processor.tokenizer
