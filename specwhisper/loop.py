@@ -354,11 +354,14 @@ def own_loop(
     schedule: GammaSchedule,
     stats: LoopStats,
     generator: torch.Generator | None = None,
+    window: Callable[..., Any] | None = None,
 ) -> Callable[..., Any]:
-    """The `custom_generate` callable that runs `speculative_decode` (one window, batch 1)."""
+    """The `custom_generate` callable that runs `window` on each 30 s window (batch 1):
+    `speculative_decode` unless given another loop of the same signature (parallel)."""
+    run_window = window or speculative_decode
 
     def decode(model, input_ids, logits_processor, generation_config, **kwargs):
-        return speculative_decode(
+        return run_window(
             model,
             drafter,
             schedule,

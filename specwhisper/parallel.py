@@ -46,7 +46,7 @@ from specwhisper.loop import (
     DraftStep,
     LoopStats,
     accept,
-    custom_generate,
+    own_loop,
     speculative_decode,
     step_tokens,
     verifier,
@@ -232,18 +232,4 @@ def parallel_loop(
     generator: torch.Generator | None = None,
 ) -> Callable[..., Any]:
     """The `custom_generate` callable that runs `parallel_decode` (one window, batch 1)."""
-
-    def decode(model, input_ids, logits_processor, generation_config, **kwargs):
-        return parallel_decode(
-            model,
-            drafter,
-            schedule,
-            stats,
-            input_ids,
-            logits_processor,
-            generation_config,
-            generator=generator,
-            **kwargs,
-        )
-
-    return custom_generate(decode)
+    return own_loop(drafter, schedule, stats, generator, window=parallel_decode)
