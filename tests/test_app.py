@@ -370,6 +370,7 @@ def test_agents_get_compare_as_an_mcp_tool(tiny_app):
         "fallback",
         "encoder_dtype",
         "reference",
+        "loop_alone",
     ]
     assert "self-int8" in properties["assistant"]["description"]  # each one is described
 
