@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 SCHEDULES = ("adaptive", "constant", "heuristic")
 # Draft tokens per step, where nobody picks it (the adaptive schedules start there): the one
-# home of the default gamma, which compare.CompareRequest and every layer above it read.
+# home of the default gamma, which request_check.CompareRequest and every layer above it read.
 DEFAULT_GAMMA = 5
 
 # The adaptive schedule's greedy draft stops after a token it gives less than this probability:

@@ -10,7 +10,7 @@ Every value a caller sends is checked here, before anything loads or runs, and a
 refused with a sentence that names its field: the hidden components hand their values over
 untouched (gradio's own Number would round 2.5 to 2, or fail on 'abc' with a bare "error"
 before the app could say anything). What the values mean (a known checkpoint, gamma within
-0..64) is checked by `compare.check_request`.
+0..64) is checked by `request_check.check_request`.
 """
 
 from __future__ import annotations

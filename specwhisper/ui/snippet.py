@@ -82,14 +82,14 @@ def loop_snippet(result: Mapping[str, Any], req: CompareRequest) -> str:
         lines.append("#    The run itself used transformers' assisted loop: snippet 1.")
     lines += [
         *_schedule_note(request),
-        "from specwhisper import compare, decoding",
+        "from specwhisper import compare, decoding, request_check",
         "from specwhisper.audio import load_audio",
         "from specwhisper.decoding import decode_speculative",
         "",
-        "req = compare.CompareRequest(",
+        "req = request_check.CompareRequest(",
         *arguments,
         ")",
-        "checked = compare.check_request(req)",
+        "checked = request_check.check_request(req)",
         "main, assistant, _ = compare.load_pair(checked)",
         'features = decoding.prepare_features(main, load_audio("your-audio.wav").samples)',
         "opts = compare.decode_options(req, main.checkpoint, checked.language)",
