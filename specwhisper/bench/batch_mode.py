@@ -7,7 +7,7 @@ baseline's, and each clip's batched baseline against its baseline in a batch of 
 draws the speed-up against the batch size next to the Distil-Whisper paper's A100 figures.
 
 It reuses bench's clip selection, hardware and version lines; the rows, the sweep and the checks
-are specwhisper.batch's: this module parses the flags and presents.
+are specwhisper.batch_mode's: this module parses the flags and presents.
 """
 
 from __future__ import annotations

@@ -7,7 +7,7 @@ environment variables") names `ACCELERATOR`: the hardware flavour (`t4-small`, `
 reads. PyPI's Linux torch is a CUDA build (CUDA 13 for torch 2.13, which needs an NVIDIA driver
 580 or newer): on a host whose driver is older, torch finds no GPU, and the app would quietly
 serve the CPU's models and defaults. This module makes that visible; it does not choose the
-device (specwhisper.models does) and loads nothing.
+device (specwhisper.loading does) and loads nothing.
 
 On ZeroGPU the server process never has a GPU: `spaces` emulates CUDA there (is_available() is
 True, the device name is the one ZeroGPU announces) and the real GPU exists only inside a GPU
