@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from specwhisper import checkpoints, decoding, drafters, loading, metrics, reference
+from specwhisper import cancel, checkpoints, decoding, drafters, loading, metrics, reference
 from specwhisper.audio import SAMPLE_RATE
 from specwhisper.decoding import DecodeOptions, DecodeResult, Features
 from specwhisper.request_check import (
@@ -447,6 +447,12 @@ def compare_loaded(
         runs = {side: functools.partial(around, side, fn) for side, fn in runs.items()}
     try:
         timings = alternate(runs, repeats=req.repeats, warmup=warmup, device=main.device)
+    except cancel.Cancelled:
+        # A stop ends the reference's worker even between its runs, so that no stopped
+        # request leaves a process behind; the next request loads it again.
+        if column is not None and column.loaded is not None:
+            column.loaded.model.close()
+        raise
     except torch.cuda.OutOfMemoryError as e:
         cache.clear()
         raise CompareError(

@@ -387,7 +387,7 @@ def test_base_detects_and_transcribes_other_languages(converted, clips):
         texts.append(checkpoint.processor.batch_decode(ids, skip_special_tokens=True)[0])
 
     normalize = checkpoint.processor.tokenizer.basic_normalize
-    wer = _mean_wer([normalize(c.reference) for c in clips], [normalize(t) for t in texts])
+    wer = _mean_wer([normalize(c.reference_text) for c in clips], [normalize(t) for t in texts])
     print(f"whisper-base: language detected on {n_detected}/{len(clips)} clips, WER {wer:.4f}")
     assert n_detected >= 0.9 * len(clips)
     assert wer <= 0.5  # short telephone prompts, a 74M-parameter model: checks the language

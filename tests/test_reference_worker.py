@@ -211,6 +211,27 @@ def test_a_stop_ends_the_worker_mid_window(ct2_models):
     assert seconds_to_idle(stopped_at) < STOP_S
 
 
+def test_a_stop_between_the_references_runs_ends_its_worker_too(ct2_models, use_models):
+    use_models(ct2_models)
+    req = CompareRequest(
+        "tiny-ct2", "self-int8", language="en", repeats=2, reference="faster-whisper:float32"
+    )
+    main, assistant, _ = compare.load_pair(compare.checked(req))
+    flag = threading.Event()
+    seen: list[str] = []
+
+    def around(side, run):
+        seen.append(side)
+        if side == "speculative" and "reference" in seen:  # the worker is idle, between runs
+            flag.set()
+        return run()
+
+    samples = np.zeros(16_000 * 2, dtype=np.float32)
+    with cancel.stop_on(flag), pytest.raises(cancel.Cancelled):
+        compare.compare_loaded(samples, req, main, assistant, language="en", around=around)
+    assert not workers(), "a stopped request left its faster-whisper worker behind"
+
+
 @pytest.fixture(scope="module")
 def app(ct2_models: Path) -> Iterator[str]:
     with pytest.MonkeyPatch.context() as patch:
