@@ -107,6 +107,58 @@ def step_tokens(step: DraftStep) -> list[int]:
     return [*step.drafted[: step.n_accepted], *main]
 
 
+@dataclass
+class Window:
+    """The sequence of one window as the loop grows it, and what `generate` handed the loop."""
+
+    tokens: list[int]  # the prompt, then every kept token
+    cache: Any  # the main's cache
+    encoder_hidden: torch.Tensor  # [1, S, D]
+    eos: set[int]
+    max_length: int
+    scores: list[torch.Tensor] | None  # the processed logits of every kept token, when asked
+
+    @classmethod
+    def open(
+        cls, input_ids: torch.Tensor, generation_config: Any, model_kwargs: dict[str, Any]
+    ) -> Window:
+        if input_ids.shape[0] != 1:
+            raise ValueError("speculative decoding runs at batch size 1")
+        eos = generation_config._eos_token_tensor
+        # the processed logits of every kept token, when generate asks (Whisper's fallback checks)
+        want_scores = getattr(generation_config, "output_scores", False)
+        return cls(
+            tokens=input_ids[0].tolist(),
+            cache=model_kwargs["past_key_values"],
+            encoder_hidden=model_kwargs["encoder_outputs"].last_hidden_state,
+            eos=set() if eos is None else set(eos.tolist()),
+            max_length=generation_config.max_length,
+            scores=[] if want_scores else None,
+        )
+
+    def record(self, stats: LoopStats, step: DraftStep, rows: torch.Tensor) -> bool:
+        """Record the step and extend the sequence (row i scored its i-th token); True once
+        the window has ended, at end-of-text or the length limit."""
+        stats.steps.append(step)
+        self.tokens.extend(step_tokens(step))
+        if self.scores is not None:
+            self.scores.extend(rows[i : i + 1] for i in range(len(step_tokens(step))))
+        return self.tokens[-1] in self.eos or len(self.tokens) >= self.max_length
+
+    def output(self, generation_config: Any) -> Any:
+        """What transformers' loop returns: the sequences, or an output object."""
+        from transformers.generation.utils import GenerateEncoderDecoderOutput
+
+        sequences = torch.tensor([self.tokens], device=self.encoder_hidden.device)
+        if generation_config.return_dict_in_generate:
+            return GenerateEncoderDecoderOutput(
+                sequences=sequences,
+                scores=None if self.scores is None else tuple(self.scores),
+                past_key_values=self.cache,
+            )
+        return sequences
+
+
 def speculative_decode(
     main: torch.nn.Module,
     drafter: Drafter,
@@ -128,15 +180,9 @@ def speculative_decode(
     distribution, drawn with `generator`. Returns what transformers' loop returns (sequences,
     or an output object).
     """
-    from transformers.generation.utils import GenerateEncoderDecoderOutput
-
-    if input_ids.shape[0] != 1:
-        raise ValueError("speculative decoding runs at batch size 1")
-    device, cache = input_ids.device, model_kwargs["past_key_values"]
-    encoder_hidden = model_kwargs["encoder_outputs"].last_hidden_state  # [1, S, D]
-    eos = generation_config._eos_token_tensor
-    eos = set() if eos is None else set(eos.tolist())
-    max_length = generation_config.max_length
+    window = Window.open(input_ids, generation_config, model_kwargs)
+    device, cache, eos, max_length = input_ids.device, window.cache, window.eos, window.max_length
+    encoder_hidden, tokens = window.encoder_hidden, window.tokens
     processors = list(logits_processor)
     verify = verifier(main, cache, encoder_hidden, processors)
     sampling = bool(getattr(generation_config, "do_sample", False))
@@ -151,11 +197,7 @@ def speculative_decode(
             return int(logits.argmax())
         return draw(torch.softmax(logits, -1), generator)
 
-    tokens = input_ids[0].tolist()
     stats.n_windows += 1
-    # the processed logits of every kept token, when generate asks (Whisper's fallback checks)
-    want_scores = getattr(generation_config, "output_scores", False)
-    scores: list[torch.Tensor] | None = [] if want_scores else None
     with torch.inference_mode():
         # 1. Prefill: the main reads the prompt and gives the first token, as the baseline does.
         #    Its time (which includes the cross-attention K/V) is not a verify cost: not timed.
@@ -165,11 +207,7 @@ def speculative_decode(
             drafter.begin(encoder_hidden, cache, inputs_tensor)
         while True:
             # 2. Record the step and extend the sequence; stop at end-of-text or the length limit.
-            stats.steps.append(step)
-            tokens.extend(step_tokens(step))
-            if scores is not None:  # row i scored the step's i-th token
-                scores.extend(rows[i : i + 1] for i in range(len(step_tokens(step))))
-            if tokens[-1] in eos or len(tokens) >= max_length:
+            if window.record(stats, step, rows):
                 break
             # 3. Draft up to gamma tokens, leaving room for the main's own token (0: does not pay).
             gamma = max(0, min(schedule.next(stops), max_length - len(tokens) - 1))
@@ -200,14 +238,7 @@ def speculative_decode(
             # the draft stopped itself, unsure of its last token (not at end-of-text or gamma)
             unsure = stop_below > 0 and 0 < len(drafted) < gamma and drafted[-1] not in eos
             schedule.update(len(drafted), step.n_accepted, t1 - t0, t2 - t1, unsure)
-    sequences = torch.tensor([tokens], device=device)
-    if generation_config.return_dict_in_generate:
-        return GenerateEncoderDecoderOutput(
-            sequences=sequences,
-            scores=None if scores is None else tuple(scores),
-            past_key_values=cache,
-        )
-    return sequences
+    return window.output(generation_config)
 
 
 def verifier(

@@ -45,6 +45,7 @@ from specwhisper.drafters import Drafter, crop_cache
 from specwhisper.loop import (
     DraftStep,
     LoopStats,
+    Window,
     accept,
     own_loop,
     speculative_decode,
@@ -147,8 +148,6 @@ def parallel_decode(
 ) -> Any:
     """`speculative_decode` with the draft working ahead on a second thread; the same arguments
     and return value. Greedy only: a sampling call runs the sequential loop."""
-    from transformers.generation.utils import GenerateEncoderDecoderOutput
-
     if getattr(generation_config, "do_sample", False):
         return speculative_decode(
             main,
@@ -162,18 +161,11 @@ def parallel_decode(
             generator=generator,
             **model_kwargs,
         )
-    if input_ids.shape[0] != 1:
-        raise ValueError("speculative decoding runs at batch size 1")
-    device, cache = input_ids.device, model_kwargs["past_key_values"]
-    encoder_hidden = model_kwargs["encoder_outputs"].last_hidden_state  # [1, S, D]
-    eos = generation_config._eos_token_tensor
-    eos = set() if eos is None else set(eos.tolist())
-    max_length = generation_config.max_length
+    window = Window.open(input_ids, generation_config, model_kwargs)
+    device, cache, eos, max_length = input_ids.device, window.cache, window.eos, window.max_length
+    encoder_hidden, tokens = window.encoder_hidden, window.tokens
     verify = verifier(main, cache, encoder_hidden, list(logits_processor))
-    tokens = input_ids[0].tolist()
     stats.n_windows += 1
-    want_scores = getattr(generation_config, "output_scores", False)
-    scores: list[torch.Tensor] | None = [] if want_scores else None
     worker = DraftWorker()
     with torch.inference_mode(), one_thread_each(), contextlib.closing(worker):
         # 1. Prefill, as in the sequential loop; then the draft reads the window.
@@ -184,11 +176,7 @@ def parallel_decode(
         block_s = 0.0  # the draft's seconds for it
         while True:
             # 2. Record the step and extend the sequence; stop at end-of-text or the length limit.
-            stats.steps.append(step)
-            tokens.extend(step_tokens(step))
-            if scores is not None:  # row i scored the step's i-th token
-                scores.extend(rows[i : i + 1] for i in range(len(step_tokens(step))))
-            if tokens[-1] in eos or len(tokens) >= max_length:
+            if window.record(stats, step, rows):
                 break
             # 3. The draft drafts ahead, as if `block` is kept whole (nothing follows an
             #    end-of-text), while 4. the main verifies the last token plus `block`.
@@ -215,14 +203,7 @@ def parallel_decode(
             stats.draft_overlapped_s += max(0.0, ahead_s - (t3 - t2))
             schedule.update(len(block), step.n_accepted, block_s, t2 - t1)
             block, block_s = next_block, ahead_s
-    sequences = torch.tensor([tokens], device=device)
-    if generation_config.return_dict_in_generate:
-        return GenerateEncoderDecoderOutput(
-            sequences=sequences,
-            scores=None if scores is None else tuple(scores),
-            past_key_values=cache,
-        )
-    return sequences
+    return window.output(generation_config)
 
 
 def parallel_loop(
