@@ -218,18 +218,19 @@ def test_a_stop_between_the_references_runs_ends_its_worker_too(ct2_models, use_
     )
     main, assistant, _ = compare.load_pair(compare.checked(req))
     flag = threading.Event()
-    seen: list[str] = []
+    used: list[Worker] = []
 
     def around(side, run):
-        seen.append(side)
-        if side == "speculative" and "reference" in seen:  # the worker is idle, between runs
+        if side == "reference":
+            used.append(run.loaded.model)  # the GuardedRun
+        elif used:  # the worker has run and is idle, between its runs
             flag.set()
         return run()
 
     samples = np.zeros(16_000 * 2, dtype=np.float32)
     with cancel.stop_on(flag), pytest.raises(cancel.Cancelled):
         compare.compare_loaded(samples, req, main, assistant, language="en", around=around)
-    assert not workers(), "a stopped request left its faster-whisper worker behind"
+    assert used and not used[0].alive, "a stopped request left its faster-whisper worker behind"
 
 
 @pytest.fixture(scope="module")
