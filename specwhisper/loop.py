@@ -116,7 +116,8 @@ class Window:
     encoder_hidden: torch.Tensor  # [1, S, D]
     eos: set[int]
     max_length: int
-    scores: list[torch.Tensor] | None  # the processed logits of every kept token, when asked
+    # the processed logits of every kept token, when generate asks (Whisper's fallback checks)
+    scores: list[torch.Tensor] | None
 
     @classmethod
     def open(
@@ -125,7 +126,6 @@ class Window:
         if input_ids.shape[0] != 1:
             raise ValueError("speculative decoding runs at batch size 1")
         eos = generation_config._eos_token_tensor
-        # the processed logits of every kept token, when generate asks (Whisper's fallback checks)
         want_scores = getattr(generation_config, "output_scores", False)
         return cls(
             tokens=input_ids[0].tolist(),
