@@ -5,15 +5,19 @@ from __future__ import annotations
 
 import atexit
 import contextlib
+import json
 import os
 import shutil
+import signal
 import socket
+import subprocess
 import sys
 import tempfile
+import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import pytest
 
@@ -145,6 +149,41 @@ def served(demo: Any, **options: Any) -> Iterator[str]:
         yield f"http://127.0.0.1:{port}/"
     finally:
         demo.close()
+
+
+# A visitor's client in a process of its own: it submits one comparison (the audio, then the
+# other arguments as JSON) and waits for the result.
+VISITOR = """
+import json, sys, time
+from gradio_client import Client, handle_file
+client = Client(sys.argv[1], verbose=False)
+client.submit(handle_file(sys.argv[2]), api_name="/compare", **json.loads(sys.argv[3]))
+time.sleep(600)
+"""
+
+T = TypeVar("T")
+
+
+def visitor_leaves(
+    url: str, audio: Path, settings: dict[str, Any], under_way: Callable[[], T]
+) -> tuple[T, float]:
+    """A visitor submits a comparison from its own process, which is killed once `under_way()`
+    returns (the run is computing): the operating system then closes its connections, as a
+    browser's are when its tab closes. Returns what `under_way` returned and when the visitor
+    was gone (time.perf_counter)."""
+    visitor = subprocess.Popen(
+        [sys.executable, "-c", VISITOR, url, str(audio), json.dumps(settings)],
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        waited = under_way()
+    finally:
+        gone_at = time.perf_counter()
+        visitor.send_signal(signal.SIGKILL)
+        visitor.wait()
+    return waited, gone_at
 
 
 @pytest.fixture(scope="module")

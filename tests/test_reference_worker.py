@@ -13,11 +13,8 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import shutil
 import signal
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -27,7 +24,7 @@ import numpy as np
 import psutil
 import pytest
 import soundfile as sf
-from conftest import served
+from conftest import served, visitor_leaves
 
 from specwhisper import cancel, compare, reference
 from specwhisper.reference_worker import Weights, Worker
@@ -292,30 +289,16 @@ def test_a_cancel_during_the_reference_frees_the_machine_and_returns_at_once(app
     check_next_run_comes_back(app)
 
 
-CLIENT = """
-import sys, time
-from gradio_client import Client, handle_file
-client = Client(sys.argv[1], verbose=False)
-client.submit(handle_file(sys.argv[2]), language="en", main="tiny-ct2", assistant="self-int8",
-              repeats=20, reference="faster-whisper:float32", api_name="/compare")
-time.sleep(600)
-"""
-
-
 @pytest.mark.slow
 def test_a_reference_run_whose_client_went_away_frees_the_machine(app, long_clip):
-    visitor = subprocess.Popen(
-        [sys.executable, "-c", CLIENT, app, str(long_clip)],
-        env={**os.environ, "PYTHONPATH": str(ROOT)},
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+    settings = dict(
+        language="en",
+        main="tiny-ct2",
+        assistant="self-int8",
+        repeats=20,
+        reference="faster-whisper:float32",
     )
-    try:
-        worker = busy_worker()
-    finally:
-        gone_at = time.perf_counter()
-        visitor.send_signal(signal.SIGKILL)
-        visitor.wait()
+    worker, gone_at = visitor_leaves(app, long_clip, settings, under_way=busy_worker)
     idle_s = seconds_to_idle(gone_at)
     assert idle_s < STOP_S, f"the server still computed {idle_s:.1f} s after its visitor left"
     assert not worker.is_running(), "the worker outlived its visitor"
