@@ -69,9 +69,8 @@ def on_device(
     worker loaded before), both decoders timed, then each token placed in the audio. Returns the
     compare API's JSON and the text of every token id in it."""
     with person_errors():
-        here = request_check.check_request(
-            request_check.checked(req).request
-        )  # this process's device
+        # checked again here: the device is this process's (a ZeroGPU worker's)
+        here = request_check.check_request(request_check.checked(req).request)
         result = compare.compare(samples, here, progress=reporter(progress)).to_dict()
         # where each token sits in the audio, for the spectrogram's strip: untimed, after the runs
         result = alignment.add_token_times(result, samples, here, reporter(progress))
