@@ -41,8 +41,8 @@ def random_matrix() -> None:
     n_vocab, d_model = 51865, 512
     weight = torch.randn(n_vocab, d_model) * 0.05
     weight_t = weight.t().contiguous()
-    blocks = {size: weight.split(size) for size in (128, 256)}
-    for rows in (1, 2, 3, 6, 12, 16, 24, 64):
+    blocks = {size: weight.split(size) for size in (128, 256, 1024, 4096)}
+    for rows in (1, 2, 3, 4, 6, 8, 12, 16, 24, 64):
         x = torch.randn(rows, d_model)
         result = {
             "[D, V] copy": flushed_ms(lambda x=x: x @ weight_t, 20),
@@ -78,8 +78,9 @@ def model_matrix(name: str) -> None:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--model", help="a checkpoint's own matrix (e.g. whisper-base)")
+    parser.add_argument("--threads", type=int, default=1)
     args = parser.parse_args()
-    torch.set_num_threads(1)
+    torch.set_num_threads(args.threads)
     if args.model:
         model_matrix(args.model)
     else:

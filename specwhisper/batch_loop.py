@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 import torch
 
-from specwhisper import metrics
+from specwhisper import metrics, packed
 from specwhisper.audio import SAMPLE_RATE
 from specwhisper.checkpoints import SELF_INT8
 from specwhisper.decoding import WINDOW_S, n_prompt_tokens
@@ -67,6 +67,7 @@ class RaggedDecoder:
     ):
         self.decoder, self.cache, self.encoder_hidden = decoder, cache, encoder_hidden
         self.max_positions = max_positions
+        packed.install(decoder)
         n_rows, device = encoder_hidden.shape[0], encoder_hidden.device
         self.pos = torch.empty(n_rows, 0, dtype=torch.long, device=device)  # [B, C]
         self.length = torch.zeros(n_rows, dtype=torch.long, device=device)  # [B] tokens held
@@ -87,14 +88,15 @@ class RaggedDecoder:
         dtype = self.encoder_hidden.dtype
         mask = torch.zeros(allowed.shape, dtype=dtype, device=device)
         mask = mask.masked_fill(~allowed, torch.finfo(dtype).min)[:, None]  # [B, 1, K, C + K]
-        hidden = self.decoder(
-            input_ids=padded,
-            encoder_hidden_states=self.encoder_hidden,
-            past_key_values=self.cache,
-            attention_mask=mask,
-            position_ids=query_pos,
-            use_cache=True,
-        ).last_hidden_state  # [B, K, D]
+        with packed.rows_pass():
+            hidden = self.decoder(
+                input_ids=padded,
+                encoder_hidden_states=self.encoder_hidden,
+                past_key_values=self.cache,
+                attention_mask=mask,
+                position_ids=query_pos,
+                use_cache=True,
+            ).last_hidden_state  # [B, K, D]
         self.pos, self.length = key_pos, self.length + n_fed
         return hidden
 

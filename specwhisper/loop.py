@@ -20,6 +20,7 @@ from typing import Any
 
 import torch
 
+from specwhisper import packed
 from specwhisper.drafters import Drafter, crop_cache, draw
 from specwhisper.schedule import GammaSchedule, draft_stops_early
 from specwhisper.timing import clock
@@ -248,15 +249,17 @@ def verifier(
     the processed logits of the last n_last positions, [n_last, V]. Position i's processors see
     before + fed[: i + 1], as the baseline's do one step at a time."""
     project = projection(main)
+    packed.install(main.model.decoder)
 
     def verify(before: list[int], fed: list[int], n_last: int) -> torch.Tensor:
         device = encoder_hidden.device
-        hidden = main.model.decoder(
-            input_ids=torch.tensor([fed], device=device),
-            encoder_hidden_states=encoder_hidden,
-            past_key_values=cache,
-            use_cache=True,
-        ).last_hidden_state  # [1, K, D]
+        with packed.rows_pass():
+            hidden = main.model.decoder(
+                input_ids=torch.tensor([fed], device=device),
+                encoder_hidden_states=encoder_hidden,
+                past_key_values=cache,
+                use_cache=True,
+            ).last_hidden_state  # [1, K, D]
         logits = project(hidden[0, -n_last:]).float()  # [n_last, V]
         prefix = torch.tensor([before + fed], device=device)  # [1, T]
         return process_logits(processors, prefix, logits)
@@ -264,35 +267,27 @@ def verifier(
     return verify
 
 
-# The verify pass's widths (tokens) whose fp32 CPU projection goes through the output matrix in
-# blocks of BLOCK vocabulary rows (see projection; BENCHMARKS.md#lever-blocks). range(0) turns
-# the blocks off, for ablations.
-BLOCKED_ROWS = range(2, 15)
-BLOCK = 256
-
-
 def projection(main: torch.nn.Module) -> Callable[[torch.Tensor], torch.Tensor]:
-    """hidden [..., K, D] -> logits [..., K, V]. On CPU, MKL's matmul against the whole output
-    matrix (106 MB for Whisper's vocabulary at d_model 512) slows down from one row to several.
-    A [D, V] copy, made once, is the fastest for one row and for a batch's many rows. For 2-14
-    rows in all, in fp32 (a verify pass of γ 1-13), blocks of BLOCK rows of the [V, D] matrix
-    are faster still (one thread: 12.6 ms against 15.7 ms for 6 rows, 16.6 against 19.2 ms for
-    13; even at 16): each block stays in cache while every hidden row reads it. Each logit is
-    the same dot product either way; only its rounding can differ, by a few ulps."""
+    """hidden [..., K, D] -> logits [..., K, V]. On CPU in fp32 the output matrix (106 MB for
+    Whisper's vocabulary at d_model 512) is held twice, each made once: one row multiplies a
+    [D, V] copy (MKL's fastest one-row path; generate's [V, D] Linear reads it more slowly), and
+    several rows in all (a verify pass, a batch) go through oneDNN's packed copy (see packed),
+    which reads it once for all rows. Each logit is the same dot product either way; only its
+    rounding can differ, by a few ulps."""
     weight = main.proj_out.weight
     if weight.device.type != "cpu":
         return main.proj_out
-    cached = getattr(main, "_specwhisper_proj_t", None)
+    cached = getattr(main, "_specwhisper_proj", None)
     if cached is None or cached[0] is not weight:
         w = weight.detach()
-        blocks = tuple(w[i : i + BLOCK] for i in range(0, w.shape[0], BLOCK))
-        cached = (weight, w.t().contiguous(), blocks)
-        main._specwhisper_proj_t = cached
-    _, proj_t, blocks = cached
+        rows = packed.pack(w) if w.dtype == torch.float32 and packed.available() else None
+        cached = (weight, w.t().contiguous(), rows)
+        main._specwhisper_proj = cached
+    _, proj_t, proj_rows = cached
 
     def project(hidden: torch.Tensor) -> torch.Tensor:  # [..., D]: rows of any batch shape
-        if hidden.shape[:-1].numel() in BLOCKED_ROWS and hidden.dtype == torch.float32:
-            return torch.cat([hidden @ block.t() for block in blocks], dim=-1)
+        if proj_rows is not None and packed.wanted(hidden) and packed.available():
+            return packed.linear(hidden, proj_rows, None)
         return hidden @ proj_t
 
     return project

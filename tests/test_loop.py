@@ -8,7 +8,6 @@ pass, accept rule, cache cropping and step records are the ones the page uses.
 
 from __future__ import annotations
 
-import math
 from types import SimpleNamespace
 
 import pytest
@@ -455,32 +454,3 @@ def test_draw_samples_the_given_distribution_and_never_a_zero():
     samples = torch.tensor([draw(weights, generator) for _ in range(N_RUNS)])
     assert set(samples.tolist()) <= {0, 17, 18, 40_000, 51_864}
     assert chi_square_p(samples, weights / weights.sum()) > 1e-3
-
-
-@pytest.mark.parametrize("shape", [(1,), (2,), (6,), (13,), (14,), (15,), (40,), (2, 6), (8, 6)])
-def test_projection_blocks_give_the_whole_matrix_logits(shape, monkeypatch):
-    """The verify pass's projection gives F.linear's logits within fp32 rounding, and the same
-    greedy tokens, on an output matrix whose vocabulary is not a multiple of the block. It goes
-    through the blocks exactly when the rows in all (a batch's too) are in BLOCKED_ROWS."""
-    from specwhisper import loop
-
-    cat = torch.cat
-    blocked = []
-
-    def spy(tensors, *args, **kwargs):
-        blocked.append(len(tensors))
-        return cat(tensors, *args, **kwargs)
-
-    monkeypatch.setattr(loop.torch, "cat", spy)
-    torch.manual_seed(sum(shape))
-    vocab, d = 3 * loop.BLOCK + 57, 64
-    main = SimpleNamespace(proj_out=torch.nn.Linear(d, vocab, bias=False))
-    hidden = torch.randn(*shape, d)
-    logits = loop.projection(main)(hidden)
-    monkeypatch.undo()
-    expected = torch.nn.functional.linear(hidden, main.proj_out.weight)
-    assert logits.shape == (*shape, vocab)
-    torch.testing.assert_close(logits, expected, rtol=1e-5, atol=1e-5)
-    assert torch.equal(logits.argmax(-1), expected.argmax(-1))
-    rows = math.prod(shape)
-    assert blocked == ([4] if rows in loop.BLOCKED_ROWS else [])  # 3 whole blocks and the rest
