@@ -14,7 +14,6 @@ Measures, on the JFK window after the 4-token prompt, whisper-base in fp32 on on
 """
 
 import argparse
-
 import statistics
 import sys
 import time
@@ -96,20 +95,39 @@ def main() -> None:
         gb_per_s = matrix.numel() * 4 / median_ms(lambda: row @ matrix) / 1e6
         cross = sum(t.numel() * t.element_size() for kv in d.cross for t in kv)
         w = d.w
-        draft_bytes = cross + packed_bytes(w.head) + sum(
-            packed_bytes(p)
-            for layer in w.layers
-            for p in (layer.qkv, layer.out, layer.cross_q, layer.cross_out, layer.fc1, layer.fc2)
+        draft_bytes = (
+            cross
+            + packed_bytes(w.head)
+            + sum(
+                packed_bytes(p)
+                for layer in w.layers
+                for p in (
+                    layer.qkv,
+                    layer.out,
+                    layer.cross_q,
+                    layer.cross_out,
+                    layer.fc1,
+                    layer.fc2,
+                )
+            )
         )
         main_cross = sum(
-            t.numel() * 4 for layer in cache.cross_attention_cache.layers
+            t.numel() * 4
+            for layer in cache.cross_attention_cache.layers
             for t in (layer.keys, layer.values)
         )
-        main_bytes = main_cross + 4 * sum(
-            p.numel() for name, p in m.named_parameters()
-            if name.startswith("model.decoder.layers.") and ".encoder_attn.k_proj" not in name
-            and ".encoder_attn.v_proj" not in name
-        ) + 4 * m.proj_out.weight.numel()
+        main_bytes = (
+            main_cross
+            + 4
+            * sum(
+                p.numel()
+                for name, p in m.named_parameters()
+                if name.startswith("model.decoder.layers.")
+                and ".encoder_attn.k_proj" not in name
+                and ".encoder_attn.v_proj" not in name
+            )
+            + 4 * m.proj_out.weight.numel()
+        )
         draft_ms = statistics.median(forwards[1][5:]) * 1e3
         main_ms = statistics.median(passes[1]) * 1e3
         print(f"streaming: {gb_per_s:.1f} GB/s (one fp32 row times a 128 MB matrix)")

@@ -1,15 +1,19 @@
-"""The verify pass's time inside our loop, with the projection blocks off and on.
+"""The verify pass's time inside our loop, with the packed matmuls off and on.
 
 Measures, on the first six sonnet lines of the shared set joined into one 19.9 s clip
-(whisper-base + self-int8, fp32 encoder, one thread, our engine, constant γ 1, 3, 5 and 7),
-the seconds of each main pass over γ + 1 tokens as the loop reports them to its schedule. Blocks
-off (`loop.BLOCKED_ROWS = range(0)`) and on (the committed range) alternate decode by decode;
-the first of four rounds is a warm-up. Prints the median per pass width and setting.
+(whisper-base + self-int8, fp32 encoder, our engine, constant γ 1, 3, 5 and 7), the seconds of
+each main pass over γ + 1 tokens as the loop reports them to its schedule. Packed matmuls off
+(`SPECWHISPER_PACKED=0`: MKL, and the [D, V] copy of the output matrix) and on
+(specwhisper.packed) alternate decode by decode; the first of four rounds is a warm-up. Prints
+the median per pass width and setting.
 
-    OMP_NUM_THREADS=1 HF_HUB_OFFLINE=1 taskset -c 0 python scripts/time_verify_in_loop.py
+    OMP_NUM_THREADS=1 HF_HUB_OFFLINE=1 taskset -c 0 python scripts/time_verify_in_loop.py \
+        [--threads N]
 """
 
+import argparse
 import csv
+import os
 import statistics
 import sys
 from pathlib import Path
@@ -19,7 +23,7 @@ import torch
 
 sys.path.insert(0, str(Path.cwd()))  # run from a checkout's root: import its specwhisper
 
-from specwhisper import checkpoints, decoding, drafters, loading, loop, schedule
+from specwhisper import checkpoints, decoding, drafters, loading, schedule
 from specwhisper.audio import load_audio
 from specwhisper.decoding import DecodeOptions
 
@@ -27,7 +31,9 @@ SPEECH = Path("../shared/data/speech")
 
 
 def main() -> None:
-    torch.set_num_threads(1)
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--threads", type=int, default=1)
+    torch.set_num_threads(parser.parse_args().threads)
     main = loading.CACHE.get(
         checkpoints.resolve("whisper-base"), torch.device("cpu"), torch.float32
     )
@@ -46,25 +52,24 @@ def main() -> None:
         update(self, n_drafted, n_accepted, draft_s, verify_s, *args, **kwargs)
 
     schedule.GammaSchedule.update = record
-    blocks_on = loop.BLOCKED_ROWS
     times: dict[tuple[int, bool], list[float]] = {}
     for rep in range(4):
         for gamma in (1, 3, 5, 7):
-            for blocks in (range(0), blocks_on):
-                loop.BLOCKED_ROWS = blocks
+            for on in (False, True):
+                os.environ["SPECWHISPER_PACKED"] = "1" if on else "0"
                 seen.clear()
                 opts = DecodeOptions(
                     language="en", task="transcribe", gamma_schedule="constant", gamma=gamma
                 )
                 decoding.decode_speculative(main, draft, feats, opts)
                 if rep:  # the first round is a warm-up
-                    key = (gamma + 1, len(blocks) > 0)
+                    key = (gamma + 1, on)
                     times.setdefault(key, []).extend(s for k, s in seen if k == gamma + 1)
     for (k, on), v in sorted(times.items()):
         state = "on " if on else "off"
         median_ms = 1e3 * statistics.median(v)
         print(
-            f"verify pass over {k} tokens, blocks {state}: {median_ms:.1f} ms (median of {len(v)})"
+            f"verify pass over {k} tokens, packed {state}: {median_ms:.1f} ms (median of {len(v)})"
         )
 
 
