@@ -311,6 +311,28 @@ def record_fallback(model: torch.nn.Module, temperatures: list[float]) -> Iterat
         del model._need_fallback
 
 
+@contextlib.contextmanager
+def detection(model: Any, encoder: ForwardMeter) -> Iterator[list[int]]:
+    """[n]: the encoder passes `generate` makes inside its language detection (one, on the first
+    30 s, when no language is given). No window is decoded from them, so they are not counted as
+    windows."""
+    n = [0]
+    detect = model.detect_language
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        before = encoder.n_calls
+        try:
+            return detect(*args, **kwargs)
+        finally:
+            n[0] += encoder.n_calls - before
+
+    model.detect_language = counted
+    try:
+        yield n
+    finally:
+        del model.detect_language
+
+
 def decode_baseline(main: Loaded, features: Features, opts: DecodeOptions) -> DecodeResult:
     """Plain `generate` (greedy, or sampling when opts.temperature > 0), as a user runs it: the
     reference both columns are held to."""
@@ -321,7 +343,7 @@ def decode_baseline(main: Loaded, features: Features, opts: DecodeOptions) -> De
     with ForwardMeter(main.model.model.decoder, main.device) as meter, torch.inference_mode():
         encoder = ForwardMeter(main.model.model.encoder, main.device)
         recording = record_fallback(main.model, temperatures) if opts.fallback else None
-        with encoder, recording or contextlib.nullcontext():
+        with encoder, recording or contextlib.nullcontext(), detection(main.model, encoder) as n:
             output, seconds = timed(
                 lambda: main.model.generate(features.input_features, **kwargs), main.device
             )
@@ -331,7 +353,7 @@ def decode_baseline(main: Loaded, features: Features, opts: DecodeOptions) -> De
         seconds,
         "generate",
         meter,
-        n_windows=encoder.n_calls,
+        n_windows=encoder.n_calls - n[0],
         encoder_s=encoder.total_s,
         window_temperatures=tuple(temperatures),
     )

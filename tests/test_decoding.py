@@ -108,6 +108,8 @@ def test_timestamps_and_auto_language_stay_identical(loaded):
             spec = decoding.decode_speculative(main, drafts[checkpoints.SELF_INT8], features, opts)
             assert spec.token_ids == base.token_ids
             assert spec.segments == base.segments
+            # language detection runs the encoder once more, on no decoded window
+            assert base.n_windows == spec.n_windows == 1
 
 
 def test_long_form_is_identical_window_by_window(loaded):
