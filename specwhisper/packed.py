@@ -1,11 +1,11 @@
 """The verify pass's fp32 matmuls over several rows, through oneDNN with weights packed once.
 
 On a CPU, `F.linear` calls MKL's fp32 GEMM, which leaves its fast one-row path from two rows on:
-a main pass over 7 tokens cost twice a pass over one. oneDNN, given a weight reordered once into
-its own blocked layout (`torch.ops.mkldnn._reorder_linear_weight`, what inductor's freezing
-uses), reads the weight once for all rows and uses both cores: on `epyc-avx2`, two threads, the
-output projection over 7 rows took 7.5 ms against MKL's 20.6 ms, and a decoder Linear of
-whisper-base about half of MKL's time (BENCHMARKS.md#lever-packed).
+a main pass over 7 tokens cost about twice a pass over one. oneDNN, given a weight reordered
+once into its own blocked layout (`torch.ops.mkldnn._reorder_linear_weight`, what inductor's
+freezing uses), is faster from two rows on: on `epyc-avx2`, two threads, the output projection
+over 8 rows took 8.1 ms against 19.6 ms through a [D, V] copy and 27.0 ms through `F.linear`,
+and a whisper-base decoder Linear about half of `F.linear`'s time (BENCHMARKS.md#lever-packed).
 
 Only calls made inside `rows_pass()` with two rows or more take the packed path: a one-row call
 (the baseline's steps, our loop at γ 0), everything outside it (plain `generate`, the peer) and
@@ -29,7 +29,8 @@ import torch.nn.functional as F
 
 _IN_PASS = contextvars.ContextVar("specwhisper_packed_rows_pass", default=False)
 # A packed copy doubles the memory of what it copies: a decoder whose Linear weights weigh more
-# (whisper-medium's, 1.2 GB in fp32, and up) keeps MKL. whisper-small's weighs 0.4 GB.
+# (whisper-medium's, 1.6 GB in fp32, and up) keeps MKL; whisper-small's weigh 0.45 GB, base's
+# 0.1 GB.
 MAX_COPY_BYTES = 512 * 2**20
 
 
