@@ -286,7 +286,7 @@ def projection(main: torch.nn.Module) -> Callable[[torch.Tensor], torch.Tensor]:
     _, proj_t, proj_rows = cached
 
     def project(hidden: torch.Tensor) -> torch.Tensor:  # [..., D]: rows of any batch shape
-        if proj_rows is not None and packed.wanted(hidden) and packed.available():
+        if proj_rows is not None and packed.wanted(hidden):
             return packed.linear(hidden, proj_rows, None)
         return hidden @ proj_t
 

@@ -70,9 +70,9 @@ def test_parallel_drafting_equals_sequential_and_the_baseline(loaded, assistant,
     assert not _workers()
     if max_new_tokens == 40:
         assert n_tokens > 50  # the loop was exercised
-        if assistant == checkpoints.SELF_INT8:  # the main's own int8 decoder: mostly right
-            assert n_drafted > 0
-        else:  # random drafts: mostly wrong, so most steps had no block ready
+        if assistant in (checkpoints.SELF_INT8, "tiny-random-a"):  # the main's own decoder
+            assert n_drafted > 0  # (int8, or itself): mostly right
+        else:  # another random model: mostly wrong, so most steps had no block ready
             assert n_missed > n_tokens / 4
 
 
