@@ -1,11 +1,11 @@
 """Why a verify pass over k tokens costs more than k = 1: matmul time by number of rows.
 
-Measures whisper-base's Linear shapes (random weights, one thread, weights in cache) and its
-51,865-row output projection for 1, 2, 4, 6 and 8 rows, three ways: `F.linear` on the [out, in]
-weight, `addmm` with an [in, out] copy, and oneDNN's packed copy (specwhisper.packed). Median of
-200 calls after 5 (50 for the output projection). Prints `F.linear / addmm / packed` in
-microseconds; `~` marks where addmm's result differs from F.linear's in the last bits, `=` where
-they are equal.
+Measures whisper-base's Linear shapes (random weights, one thread or --threads, weights in
+cache) and its 51,865-row output projection for 1, 2, 4, 6 and 8 rows, three ways: `F.linear`
+on the [out, in] weight, `addmm` with an [in, out] copy, and oneDNN's packed copy
+(specwhisper.packed). Median of 200 calls after 5 (50 for the output projection). Prints
+`F.linear / addmm / packed` in microseconds; `~` marks where addmm's result differs from
+F.linear's in the last bits, `=` where they are equal.
 
     OMP_NUM_THREADS=1 taskset -c 1 python scripts/time_linear_rows.py [--threads N]
 """

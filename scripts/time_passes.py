@@ -1,9 +1,10 @@
 """What a main pass over k tokens and a draft forward cost, as our loop runs them.
 
-Measures, on the JFK window after the 4-token prompt, whisper-base in fp32 on one thread:
+Measures, on the JFK window after the 4-token prompt, whisper-base in fp32 on one thread (or
+--threads):
 - a main pass over k = 1..13 tokens through the loop's verifier (transformers' decoder and the
-  loop's output projection, blocked for 2-14 rows), cropped back after each call; median of
-  10 rounds after 2;
+  loop's output projection, both packed for oneDNN from two rows on), cropped back after each
+  call; median of 10 rounds after 2;
 - the lean self-int8 draft's forward over one token and over two (a catch-up), interleaved;
   median of 35 after 5;
 - the floor under both: the bytes each reads per token (weights, and the window's

@@ -96,7 +96,7 @@ class DecodeResult:
     engine: str  # "generate", "specwhisper" or "transformers"
     n_draft_tokens: int = 0  # tokens proposed by the draft
     n_accepted: int = 0  # proposed tokens the main model accepted
-    n_windows: int = 1  # 30 s windows the encoder ran on
+    n_windows: int = 1  # 30 s windows decoded (not generate's language-detection pass)
     steps: tuple[DraftStep, ...] = ()  # per speculative step, in order
     segments: tuple[Segment, ...] = ()  # with timestamps only
     # total time inside main decoder forwards: the decoder stack only, not the output

@@ -1,18 +1,20 @@
 """The verify pass's fp32 matmuls over several rows, through oneDNN with weights packed once.
 
-On a CPU, `F.linear` calls MKL's fp32 GEMM, which leaves its fast one-row path from two rows on:
-a main pass over 7 tokens cost about twice a pass over one. oneDNN, given a weight reordered
-once into its own blocked layout (`torch.ops.mkldnn._reorder_linear_weight`, what inductor's
-freezing uses), is faster from two rows on: on `epyc-avx2`, two threads, the output projection
-over 8 rows took 8.1 ms against 19.6 ms through a [D, V] copy and 27.0 ms through `F.linear`,
-and a whisper-base decoder Linear about half of `F.linear`'s time (BENCHMARKS.md#lever-packed).
+On a CPU, `F.linear` calls MKL's fp32 GEMM, which leaves its fast one-row path from two rows
+on (two threads, `epyc-avx2`): a main pass over 7 tokens cost about twice a pass over one.
+oneDNN, given a weight reordered once into its own blocked layout
+(`torch.ops.mkldnn._reorder_linear_weight`, what inductor's freezing uses), is faster from two
+rows on: on `epyc-avx2`, two threads, the output projection over 8 rows took 8.1 ms against
+19.6 ms through a [D, V] copy and 27.0 ms through `F.linear`, and a whisper-base decoder Linear
+about half of `F.linear`'s time (BENCHMARKS.md#lever-packed).
 
 Only calls made inside `rows_pass()` with two rows or more take the packed path: a one-row call
-(the baseline's steps, our loop at γ 0), everything outside it (plain `generate`, the peer) and
-any tensor that is not fp32 on the CPU run `F.linear` exactly as transformers does. The loop's
-output projection (loop.projection) takes it for any multi-row fp32 call. Each logit is the same
-dot product either way; only its rounding can differ, by a few ulps, as a wider pass's already
-does. Where torch has no oneDNN, or SPECWHISPER_PACKED=0 (for ablations), nothing changes.
+(the baseline's steps, our loop's at γ 0 after the prompt), everything outside it (plain
+`generate`, the peer) and any tensor that is not fp32 on the CPU run `F.linear` exactly as
+transformers does. The loop's output projection (loop.projection) takes it for any multi-row
+fp32 call. Each logit is the same dot product either way; only its rounding can differ, by a
+few ulps, as a wider pass's already does. Where torch has no oneDNN, or SPECWHISPER_PACKED=0
+(for ablations), nothing changes.
 
 It does not choose where the verify pass runs (see loop) or what it feeds (see batch_loop).
 """
@@ -30,7 +32,7 @@ import torch.nn.functional as F
 _IN_PASS = contextvars.ContextVar("specwhisper_packed_rows_pass", default=False)
 # A packed copy doubles the memory of what it copies: a decoder whose Linear weights weigh more
 # (whisper-medium's, 1.6 GB in fp32, and up) keeps MKL; whisper-small's weigh 0.45 GB, base's
-# 0.1 GB.
+# 0.1 GB. (loop.projection packs the output matrix at any size.)
 MAX_COPY_BYTES = 512 * 2**20
 
 
@@ -49,9 +51,9 @@ def pack(weight: torch.Tensor) -> torch.Tensor:
     return torch.ops.mkldnn._reorder_linear_weight(weight.detach())
 
 
-def linear(x: torch.Tensor, packed: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
+def linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None) -> torch.Tensor:
     """x [..., in] @ the packed weight's transpose (+ bias): [..., out]."""
-    return torch.ops.mkldnn._linear_pointwise(x, packed, bias, "none", [], "")
+    return torch.ops.mkldnn._linear_pointwise(x, weight, bias, "none", [], "")
 
 
 def wanted(x: torch.Tensor) -> bool:
@@ -96,5 +98,5 @@ def install(module: torch.nn.Module) -> None:
     n_bytes = sum(m.weight.numel() * m.weight.element_size() for m in linears)
     if not available() or n_bytes > MAX_COPY_BYTES:
         return
-    for linear in linears:
-        linear.__class__ = PackedLinear
+    for module_ in linears:
+        module_.__class__ = PackedLinear

@@ -1,11 +1,11 @@
 """Parallel drafting gives the sequential loop's tokens, which are the baseline's.
 
 On tiny random checkpoints: a draft that is mostly wrong (another random model), a decoder-only
-one and the main's own int8 decoder (mostly right), across length limits; a draft that fails or
-a run that is cancelled midway leaves no worker thread and the process's torch thread count as
-they were, and the next run is right. With the real whisper-base and its self-int8 draft (slow):
-our loop at gamma 0, sequential drafting and parallel drafting all equal plain `generate` on a
-real clip.
+one, the main itself and the main's own int8 decoder (mostly right), across length limits; a
+draft that fails or a run that is cancelled midway leaves no worker thread and the process's
+torch thread count as they were, and the next run is right. With the real whisper-base and its
+self-int8 draft (slow): our loop at gamma 0, sequential drafting and parallel drafting all equal
+plain `generate` on a real clip.
 """
 
 from __future__ import annotations

@@ -4,7 +4,10 @@ Runs `python -m specwhisper.bench` with the given arguments; BLOCKS=0 first sets
 `loop.BLOCKED_ROWS = range(0)`, so every pass width uses the [D, V] copy of the output matrix
 (the lever off). BLOCKS=1 (the default) runs the package as it is.
 
-    BLOCKS=0 OMP_NUM_THREADS=1 HF_HUB_OFFLINE=1 taskset -c 0 python scripts/bench_blocks.py \\
+With projection-blocks.diff (beside this file) applied to a checkout, from its root:
+
+    BLOCKS=0 OMP_NUM_THREADS=1 HF_HUB_OFFLINE=1 taskset -c 0 \\
+        python docs/rejected/projection-blocks/bench_blocks.py \\
         --main whisper-base --assistant self-int8 <a clip set's flags> --repeats 3 --peer \\
         --encoder-dtype bfloat16 --out bench-out/blocks-0
 """
