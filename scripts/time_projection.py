@@ -66,8 +66,8 @@ def model_matrix(name: str) -> None:
     from specwhisper import checkpoints, loading
 
     model = loading.CACHE.get(checkpoints.resolve(name), torch.device("cpu"), torch.float32).model
-    loop.projection(model)  # builds the [D, V] copy and the packed one the loop uses
-    _, weight_t, rows_copy = model._specwhisper_proj
+    loop.projection(model)  # builds the [D, V] copy the loop uses
+    weight_t, rows_copy = model._specwhisper_proj_t[1], packed.packed_copy(model.proj_out)
     for rows in (1, 2, 6, 10, 12, 13, 14, 16, 20, 24):
         h, times = torch.randn(rows, weight_t.shape[0]), {"[D, V] copy": [], "packed": []}
         for _ in range(15):

@@ -57,8 +57,6 @@ def main() -> None:
         for gamma in (1, 3, 5, 7):
             for on in (False, True):
                 os.environ["SPECWHISPER_PACKED"] = "1" if on else "0"
-                # the loop's output projection is built once per model, packed copy or none
-                main.model.__dict__.pop("_specwhisper_proj", None)
                 seen.clear()
                 opts = DecodeOptions(
                     language="en", task="transcribe", gamma_schedule="constant", gamma=gamma

@@ -269,25 +269,23 @@ def verifier(
 
 def projection(main: torch.nn.Module) -> Callable[[torch.Tensor], torch.Tensor]:
     """hidden [..., K, D] -> logits [..., K, V]. On CPU in fp32 the output matrix (106 MB for
-    Whisper's vocabulary at d_model 512) is held twice, each made once: one row multiplies a
-    [D, V] copy (MKL's fastest one-row path; generate's [V, D] Linear reads it more slowly), and
-    several rows in all (a verify pass, a batch) go through oneDNN's packed copy (see packed),
-    which reads it once for all rows. Each logit is the same dot product either way; only its
-    rounding can differ, by a few ulps."""
+    Whisper's vocabulary at d_model 512) is held twice more: one row multiplies a [D, V] copy,
+    made once (MKL's fastest one-row path; generate's [V, D] Linear reads it more slowly), and
+    several rows in all (a verify pass, a batch) go through oneDNN's packed copy, made on the
+    first such call (packed.packed_copy), which reads it once for all rows. Each logit is the
+    same dot product either way; only its rounding can differ, by a few ulps."""
     weight = main.proj_out.weight
     if weight.device.type != "cpu":
         return main.proj_out
-    cached = getattr(main, "_specwhisper_proj", None)
+    cached = getattr(main, "_specwhisper_proj_t", None)
     if cached is None or cached[0] is not weight:
-        w = weight.detach()
-        rows = packed.pack(w) if w.dtype == torch.float32 and packed.available() else None
-        cached = (weight, w.t().contiguous(), rows)
-        main._specwhisper_proj = cached
-    _, proj_t, proj_rows = cached
+        cached = (weight, weight.detach().t().contiguous())
+        main._specwhisper_proj_t = cached
+    proj_t = cached[1]
 
     def project(hidden: torch.Tensor) -> torch.Tensor:  # [..., D]: rows of any batch shape
-        if proj_rows is not None and packed.wanted(hidden):
-            return packed.linear(hidden, proj_rows, None)
+        if weight.dtype == torch.float32 and packed.wanted(hidden):
+            return packed.linear(hidden, packed.packed_copy(main.proj_out), None)
         return hidden @ proj_t
 
     return project

@@ -77,18 +77,23 @@ def rows_pass() -> Iterator[None]:
 
 
 class PackedLinear(torch.nn.Linear):
-    """An nn.Linear whose multi-row fp32 calls inside rows_pass use a packed copy of its weight,
-    made on first use and made again whenever the weight's storage changes (a move to another
-    device and back). Every other call is nn.Linear's own."""
+    """An nn.Linear whose multi-row fp32 calls inside rows_pass use a packed copy of its weight
+    (packed_copy). Every other call is nn.Linear's own."""
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         if not (_IN_PASS.get() and wanted(x) and self.weight.device.type == "cpu"):
             return F.linear(x, self.weight, self.bias)
-        key = (self.weight.data_ptr(), self.weight._version)
-        cached = self.__dict__.get("_specwhisper_packed")
-        if cached is None or cached[0] != key:
-            cached = self.__dict__["_specwhisper_packed"] = (key, pack(self.weight))
-        return linear(x, cached[1], self.bias)
+        return linear(x, packed_copy(self), self.bias)
+
+
+def packed_copy(owner: torch.nn.Linear) -> torch.Tensor:
+    """owner's weight packed, kept on owner: made on first use and made again whenever the
+    weight's storage changes (a move to another device and back, an in-place update)."""
+    key = (owner.weight.data_ptr(), owner.weight._version)
+    cached = owner.__dict__.get("_specwhisper_packed")
+    if cached is None or cached[0] != key:
+        cached = owner.__dict__["_specwhisper_packed"] = (key, pack(owner.weight))
+    return cached[1]
 
 
 def install(module: torch.nn.Module) -> None:
